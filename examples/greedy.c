@@ -1,0 +1,364 @@
+// greedy: greedy text generation through llama.cpp on one chosen ggml device.
+//
+//   greedy -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t T]
+//          (-p TEXT | --prompt-tokens P) [--margins] [--top K] [-v]
+//
+// --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
+//              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
+// --dev none   no offload device: the CPU backend computes everything (the reference).
+// The prompt is decoded in batches of B tokens (n_batch = n_ubatch = B), then N tokens are
+// generated one per llama_decode by argmax over the logits (lowest id wins a tie).
+//
+// Prints:
+//   tokens: <generated ids>
+//   text: <detokenized generated text, control bytes escaped>
+//   margin: min <smallest top1-top2 logit gap> at step <i>, logit std <std of the first logits>
+//   margins: <top1-top2 gap of every step>      (only with --margins)
+//   speed: prompt X tok/s, decode Y tok/s
+// Errors print a message to stderr and exit with status 1.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+static void usage(const char * argv0) {
+    fprintf(stderr,
+            "usage: %s -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
+            "          (-p TEXT | --prompt-tokens P) [--margins] [--top K] [-v]\n",
+            argv0);
+}
+
+static void die(const char * fmt, const char * arg) {
+    fprintf(stderr, "greedy: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+static bool g_verbose = false;
+
+static void log_cb(enum ggml_log_level level, const char * text, void * user_data) {
+    (void) user_data;
+    if (g_verbose || level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
+        fputs(text, stderr);
+    }
+}
+
+static int parse_int(const char * s, const char * what) {
+    char * end = NULL;
+    long   v   = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 0 || v > 1000000) {
+        die("bad value for %s", what);
+    }
+    return (int) v;
+}
+
+// ggml_backend_load_all() searches the executable's folder and the working directory for
+// libggml-cpu.so; this binary lives elsewhere, so load the CPU backend from libggml.so's folder.
+static void load_cpu_backend_if_missing(void) {
+    if (ggml_backend_reg_by_name("CPU") != NULL) {
+        return;
+    }
+    Dl_info info;
+    if (dladdr((void *) &ggml_backend_load_all, &info) == 0 || info.dli_fname == NULL) {
+        die("%s", "cannot locate libggml.so to find the CPU backend");
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", info.dli_fname);
+    char * slash = strrchr(dir, '/');
+    if (slash == NULL) {
+        die("cannot locate the CPU backend next to %s", info.dli_fname);
+    }
+    *slash = '\0';
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/libggml-cpu.so", dir);
+    if (ggml_backend_load(path) == NULL) {
+        die("cannot load the CPU backend %s", path);
+    }
+}
+
+int main(int argc, char ** argv) {
+    const char * model_path   = NULL;
+    const char * dev_name     = "none";
+    const char * prompt_text  = NULL;
+    int          prompt_ntok  = -1;
+    int          n_gen        = 32;
+    int          n_batch      = 512;
+    int          n_threads    = (int) sysconf(_SC_NPROCESSORS_ONLN);
+    bool         print_margins = false;
+    int          print_top     = 0;
+    enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+
+    for (int i = 1; i < argc; i++) {
+        const char * a = argv[i];
+        const bool   has_val = i + 1 < argc;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(argv[0]);
+            return 0;
+        } else if (strcmp(a, "-v") == 0) {
+            g_verbose = true;
+        } else if (strcmp(a, "--top") == 0 && has_val) {
+            print_top = parse_int(argv[++i], "--top");
+        } else if (strcmp(a, "--margins") == 0) {
+            print_margins = true;
+        } else if (!has_val) {
+            usage(argv[0]);
+            die("missing value after %s", a);
+        } else if (strcmp(a, "-m") == 0) {
+            model_path = argv[++i];
+        } else if (strcmp(a, "--dev") == 0) {
+            dev_name = argv[++i];
+        } else if (strcmp(a, "--fa") == 0) {
+            const char * v = argv[++i];
+            if (strcmp(v, "on") == 0) {
+                fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+            } else if (strcmp(v, "off") == 0) {
+                fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+            } else {
+                die("--fa takes on or off, not '%s'", v);
+            }
+        } else if (strcmp(a, "-n") == 0) {
+            n_gen = parse_int(argv[++i], "-n");
+        } else if (strcmp(a, "-b") == 0) {
+            n_batch = parse_int(argv[++i], "-b");
+        } else if (strcmp(a, "-t") == 0) {
+            n_threads = parse_int(argv[++i], "-t");
+        } else if (strcmp(a, "-p") == 0) {
+            prompt_text = argv[++i];
+        } else if (strcmp(a, "--prompt-tokens") == 0) {
+            prompt_ntok = parse_int(argv[++i], "--prompt-tokens");
+        } else {
+            usage(argv[0]);
+            die("unknown argument %s", a);
+        }
+    }
+    if (model_path == NULL) {
+        usage(argv[0]);
+        die("%s", "-m MODEL is required");
+    }
+    if ((prompt_text == NULL) == (prompt_ntok < 0)) {
+        usage(argv[0]);
+        die("%s", "give exactly one of -p TEXT and --prompt-tokens P");
+    }
+    if (n_batch < 1) {
+        die("%s", "-b must be at least 1");
+    }
+    if (n_threads < 1) {
+        n_threads = 1;
+    }
+
+    llama_log_set(log_cb, NULL);
+    ggml_backend_load_all();  // honours GGML_BACKEND_PATH
+    load_cpu_backend_if_missing();
+    llama_backend_init();
+
+    ggml_backend_dev_t devices[2] = { NULL, NULL };
+    const bool         offload    = strcmp(dev_name, "none") != 0;
+    if (offload) {
+        devices[0] = ggml_backend_dev_by_name(dev_name);
+        if (devices[0] == NULL) {
+            fprintf(stderr, "greedy: error: device '%s' not found; devices:", dev_name);
+            for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+                fprintf(stderr, " %s", ggml_backend_dev_name(ggml_backend_dev_get(i)));
+            }
+            fprintf(stderr, "%s\n", getenv("GGML_BACKEND_PATH") ? "" : " (GGML_BACKEND_PATH is not set)");
+            return 1;
+        }
+        if (g_verbose) {
+            fprintf(stderr, "greedy: device %s: %s\n", ggml_backend_dev_name(devices[0]),
+                    ggml_backend_dev_description(devices[0]));
+        }
+    }
+
+    struct llama_model_params mparams = llama_model_default_params();
+    mparams.devices                   = devices;
+    mparams.n_gpu_layers              = offload ? 99 : 0;
+    struct llama_model * model        = llama_model_load_from_file(model_path, mparams);
+    if (model == NULL) {
+        die("cannot load model %s", model_path);
+    }
+    const struct llama_vocab * vocab   = llama_model_get_vocab(model);
+    const int                  n_vocab = llama_vocab_n_tokens(vocab);
+
+    // Prompt tokens.
+    const int     n_ctx  = 1024;
+    llama_token * prompt = NULL;
+    int           n_prompt;
+    if (prompt_text != NULL) {
+        const int len = (int) strlen(prompt_text);
+        n_prompt      = -llama_tokenize(vocab, prompt_text, len, NULL, 0, true, false);
+        if (n_prompt <= 0) {
+            die("%s", "cannot tokenize the prompt");
+        }
+        prompt = malloc(sizeof(llama_token) * (size_t) n_prompt);
+        if (llama_tokenize(vocab, prompt_text, len, prompt, n_prompt, true, false) != n_prompt) {
+            die("%s", "cannot tokenize the prompt");
+        }
+    } else {
+        // Deterministic synthetic prompt: BOS (if the model adds one), then (7*i+3) % n_vocab,
+        // skipping control tokens.
+        n_prompt = prompt_ntok;
+        prompt   = malloc(sizeof(llama_token) * (size_t) (n_prompt > 0 ? n_prompt : 1));
+        int k    = 0;
+        if (k < n_prompt && llama_vocab_get_add_bos(vocab) && llama_vocab_bos(vocab) >= 0) {
+            prompt[k++] = llama_vocab_bos(vocab);
+        }
+        for (int i = 0; k < n_prompt; i++) {
+            const llama_token t = (llama_token) ((7L * i + 3) % n_vocab);
+            if (!llama_vocab_is_control(vocab, t)) {
+                prompt[k++] = t;
+            }
+        }
+    }
+    if (n_prompt < 1) {
+        die("%s", "the prompt needs at least one token");
+    }
+    if (n_prompt + n_gen > n_ctx) {
+        die("%s", "prompt plus generated tokens exceed the context of 1024");
+    }
+
+    struct llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx                       = n_ctx;
+    cparams.n_batch                     = (uint32_t) n_batch;
+    cparams.n_ubatch                    = (uint32_t) n_batch;
+    cparams.n_threads                   = n_threads;
+    cparams.n_threads_batch             = n_threads;
+    cparams.flash_attn_type             = fa;
+    cparams.no_perf                     = true;
+    struct llama_context * ctx          = llama_init_from_model(model, cparams);
+    if (ctx == NULL) {
+        die("%s", "cannot create the llama context");
+    }
+
+    // Prompt in batches of n_batch.
+    const double t0 = now_s();
+    for (int i = 0; i < n_prompt; i += n_batch) {
+        const int n = n_prompt - i < n_batch ? n_prompt - i : n_batch;
+        if (llama_decode(ctx, llama_batch_get_one(prompt + i, n)) != 0) {
+            die("%s", "llama_decode failed on the prompt");
+        }
+    }
+    const double t1 = now_s();
+
+    // Greedy generation, one token per llama_decode.
+    llama_token * out        = malloc(sizeof(llama_token) * (size_t) (n_gen > 0 ? n_gen : 1));
+    double *      margins    = malloc(sizeof(double) * (size_t) (n_gen > 0 ? n_gen : 1));
+    double        min_margin = INFINITY;
+    int           min_step   = -1;
+    double        logit_std  = 0.0;
+    for (int s = 0; s < n_gen; s++) {
+        const float * logits = llama_get_logits_ith(ctx, -1);
+        if (logits == NULL) {
+            die("%s", "no logits");
+        }
+        int   best = 0;
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int j = 0; j < n_vocab; j++) {
+            const float l = logits[j];
+            if (isnan(l)) {
+                die("%s", "NaN in the logits");
+            }
+            if (l > b1) {
+                b2   = b1;
+                b1   = l;
+                best = j;
+            } else if (l > b2) {
+                b2 = l;
+            }
+        }
+        if (s == 0) {
+            double sum = 0, sum2 = 0;
+            for (int j = 0; j < n_vocab; j++) {
+                sum += logits[j];
+                sum2 += (double) logits[j] * logits[j];
+            }
+            const double mean = sum / n_vocab;
+            logit_std         = sqrt(fmax(0.0, sum2 / n_vocab - mean * mean));
+        }
+        margins[s] = (double) b1 - b2;
+        if (print_top > 0) {  // diagnostics: the K largest logits of this step, on stderr
+            fprintf(stderr, "step %d top:", s);
+            float last = INFINITY;
+            for (int k = 0; k < print_top; k++) {
+                int   arg = -1;
+                float val = -INFINITY;
+                for (int j = 0; j < n_vocab; j++) {
+                    if (logits[j] < last && logits[j] > val) {
+                        val = logits[j];
+                        arg = j;
+                    }
+                }
+                if (arg < 0) {
+                    break;
+                }
+                fprintf(stderr, " %d:%.3f", arg, val);
+                last = val;
+            }
+            fprintf(stderr, "\n");
+        }
+        if ((double) b1 - b2 < min_margin) {
+            min_margin = (double) b1 - b2;
+            min_step   = s;
+        }
+        out[s] = best;
+        if (s + 1 < n_gen && llama_decode(ctx, llama_batch_get_one(&out[s], 1)) != 0) {
+            die("%s", "llama_decode failed while generating");
+        }
+    }
+    const double t2 = now_s();
+
+    printf("tokens:");
+    for (int s = 0; s < n_gen; s++) {
+        printf(" %d", out[s]);
+    }
+    printf("\ntext: ");
+    for (int s = 0; s < n_gen; s++) {
+        char      piece[256];
+        const int n = llama_token_to_piece(vocab, out[s], piece, (int) sizeof(piece), 0, false);
+        for (int c = 0; c < n; c++) {
+            const unsigned char ch = (unsigned char) piece[c];
+            if (ch < 0x20 || ch == 0x7f) {
+                printf("\\x%02x", ch);
+            } else {
+                putchar(ch);
+            }
+        }
+    }
+    printf("\nmargin: min %.4f at step %d, logit std %.3f\n", min_margin, min_step, logit_std);
+    if (print_margins) {
+        printf("margins:");
+        for (int s = 0; s < n_gen; s++) {
+            printf(" %.3f", margins[s]);
+        }
+        printf("\n");
+    }
+    // The last generated token is not decoded, so n_gen tokens cost n_gen - 1 decodes after the
+    // prompt's logits (the first token comes from the prompt).
+    const double pp = (t1 - t0) > 0 ? n_prompt / (t1 - t0) : 0.0;
+    const double tg = (n_gen > 1 && t2 - t1 > 0) ? (n_gen - 1) / (t2 - t1) : 0.0;
+    printf("speed: prompt %.2f tok/s, decode %.2f tok/s\n", pp, tg);
+    fflush(stdout);
+
+    free(margins);
+    free(out);
+    free(prompt);
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    return 0;
+}

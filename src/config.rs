@@ -1,0 +1,105 @@
+//! Every environment variable polycl reads, read once, in one table.
+//!
+//! | variable | values | meaning |
+//! |---|---|---|
+//! | `POLYCL_DEVICES` | comma list of indices into the usable OpenCL devices, e.g. `0,2` | which devices become POLYCL0, POLYCL1, ... (default: all) |
+//! | `POLYCL_LOG` | `0` or `1` | `1` logs debug lines (plans built, cache hits) |
+//! | `POLYCL_PLAN_CACHE` | positive integer | plans kept per backend (default 64) |
+//! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
+
+use crate::error::{Error, Result};
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub devices: Option<Vec<usize>>,
+    pub verbose: bool,
+    pub plan_cache_size: usize,
+    pub mem_limit: Option<usize>,
+    /// Problems found while reading; logged once at init, each names its variable.
+    pub problems: Vec<String>,
+}
+
+fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
+    let mut c = Config { plan_cache_size: 64, ..Default::default() };
+    if let Some(v) = get("POLYCL_DEVICES") {
+        match parse_devices(&v) {
+            Ok(d) => c.devices = Some(d),
+            Err(e) => c.problems.push(e.to_string()),
+        }
+    }
+    if let Some(v) = get("POLYCL_LOG") {
+        match v.trim() {
+            "0" | "" => {}
+            "1" => c.verbose = true,
+            _ => c.problems.push(format!("POLYCL_LOG={v:?}: expected 0 or 1; ignored")),
+        }
+    }
+    if let Some(v) = get("POLYCL_PLAN_CACHE") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => c.plan_cache_size = n,
+            _ => c.problems.push(format!("POLYCL_PLAN_CACHE={v:?}: expected a positive integer; using 64")),
+        }
+    }
+    if let Some(v) = get("POLYCL_MEM_LIMIT_MB") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => c.mem_limit = Some(n << 20),
+            _ => c.problems.push(format!("POLYCL_MEM_LIMIT_MB={v:?}: expected a positive integer; no limit")),
+        }
+    }
+    c
+}
+
+fn parse_devices(v: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match part.parse::<usize>() {
+            Ok(i) if !out.contains(&i) => out.push(i),
+            Ok(i) => return Err(Error::Config(format!("POLYCL_DEVICES={v:?}: device {i} listed twice"))),
+            Err(_) => {
+                return Err(Error::Config(format!(
+                    "POLYCL_DEVICES={v:?}: expected a comma list of device indices like 0,1"
+                )))
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::Config(format!("POLYCL_DEVICES={v:?}: names no device")));
+    }
+    Ok(out)
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(|| parse(&|k| std::env::var(k).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Config {
+        let vars: Vec<(String, String)> = vars.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        parse(&move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = with(&[]);
+        assert_eq!(c.devices, None);
+        assert_eq!(c.plan_cache_size, 64);
+        assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn garbage_values_name_their_variable() {
+        let c = with(&[("POLYCL_DEVICES", "zero"), ("POLYCL_LOG", "yes"), ("POLYCL_PLAN_CACHE", "-3")]);
+        assert_eq!(c.problems.len(), 3);
+        assert!(c.problems[0].contains("POLYCL_DEVICES"));
+        assert!(c.problems[1].contains("POLYCL_LOG"));
+        assert!(c.problems[2].contains("POLYCL_PLAN_CACHE"));
+        assert_eq!(with(&[("POLYCL_DEVICES", "1, 0")]).devices, Some(vec![1, 0]));
+        assert!(!with(&[("POLYCL_DEVICES", "1,1")]).problems.is_empty());
+    }
+}

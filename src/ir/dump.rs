@@ -1,0 +1,43 @@
+//! A stable text form of a graph, used by translator tests and debug logs.
+
+use super::graph::{Graph, Place};
+use std::fmt::Write;
+
+pub fn dump(g: &Graph) -> String {
+    let mut s = String::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let ins: Vec<String> = n.inputs.iter().map(|v| format!("%{}:{}", v.node, v.port)).collect();
+        let outs: Vec<String> = n
+            .outputs
+            .iter()
+            .map(|o| {
+                let ne: Vec<String> = o.ty.ne.iter().map(|d| if *d < 0 { "?".into() } else { d.to_string() }).collect();
+                let place = match o.place {
+                    Place::Bound(_) => "",
+                    Place::Internal => " internal",
+                };
+                format!("{}[{}]{}", o.ty.dtype.name(), ne.join(","), place)
+            })
+            .collect();
+        let _ = writeln!(s, "%{i} = {}({}) -> {}  # {}", op_text(&n.op), ins.join(", "), outs.join(", "), n.name);
+    }
+    let res: Vec<String> = g.results.iter().map(|v| format!("%{}:{}", v.node, v.port)).collect();
+    let _ = writeln!(s, "results: {}", res.join(", "));
+    s
+}
+
+fn op_text(op: &super::op::Op) -> String {
+    use super::op::Op::*;
+    match op {
+        Scale { scale, bias } => format!("Scale{{s={scale},b={bias}}}"),
+        RmsNorm { eps } | Norm { eps } => format!("{}{{eps={eps:e}}}", op.kind()),
+        Glu { swapped, .. } => format!("{}{{swapped={swapped}}}", op.kind()),
+        Rope(p) => format!("Rope{{{:?},n_dims={},base={}}}", p.mode, p.n_dims, p.freq_base),
+        SoftMax { scale, max_bias, .. } => format!("SoftMax{{scale={scale},max_bias={max_bias}}}"),
+        FlashAttn { scale, max_bias, softcap, .. } => {
+            format!("FlashAttn{{scale={scale},max_bias={max_bias},softcap={softcap}}}")
+        }
+        Concat { dim } => format!("Concat{{dim={dim}}}"),
+        _ => op.kind().to_string(),
+    }
+}

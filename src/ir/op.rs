@@ -1,0 +1,138 @@
+/// The closed set of operations polycl plans. Optional operands are flagged in
+/// the op so `Node::inputs` stays dense.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A graph input or weight (no inputs).
+    Parameter,
+    /// Same memory as its input, seen with its own shape and strides.
+    View,
+    /// Element-wise copy with type conversion into the output layout (CPY/CONT/DUP).
+    Copy,
+    Binary(BinaryOp),
+    Scale { scale: f32, bias: f32 },
+    Unary(UnaryOp),
+    /// inputs: [a] (both halves in a) or [a, b].
+    Glu { kind: GluKind, swapped: bool },
+    RmsNorm { eps: f32 },
+    Norm { eps: f32 },
+    /// inputs: [weights, activations].
+    MulMat,
+    /// inputs: [x, positions] or [x, positions, freq_factors].
+    Rope(RopeParams),
+    /// inputs: [x] or [x, mask].
+    SoftMax { scale: f32, max_bias: f32, has_mask: bool },
+    /// inputs: [table, row ids].
+    GetRows,
+    /// The neutral cache write: inputs [destination, new rows, row indices];
+    /// output is the destination with the rows replaced. Passes decide who owns
+    /// the destination; `lower_set_rows_stateless` turns what is left into ScatterRows.
+    SetRows,
+    /// An explicit scatter into the destination's memory (stateless form).
+    ScatterRows,
+    /// inputs: [q, k, v] or [q, k, v, mask].
+    FlashAttn { scale: f32, max_bias: f32, softcap: f32, has_mask: bool },
+    SumRows,
+    Concat { dim: i32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryOp {
+    Silu,
+    Gelu,
+    GeluQuick,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluKind {
+    Swiglu,
+    Geglu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    Normal,
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub mode: RopeMode,
+    pub n_dims: i32,
+    pub n_ctx_orig: i32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub has_freq_factors: bool,
+}
+
+impl Op {
+    /// A stable name for counts and dumps.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Parameter => "Parameter",
+            Op::View => "View",
+            Op::Copy => "Copy",
+            Op::Binary(BinaryOp::Add) => "Add",
+            Op::Binary(BinaryOp::Sub) => "Sub",
+            Op::Binary(BinaryOp::Mul) => "Mul",
+            Op::Binary(BinaryOp::Div) => "Div",
+            Op::Scale { .. } => "Scale",
+            Op::Unary(UnaryOp::Silu) => "Silu",
+            Op::Unary(UnaryOp::Gelu) => "Gelu",
+            Op::Unary(UnaryOp::GeluQuick) => "GeluQuick",
+            Op::Glu { kind: GluKind::Swiglu, .. } => "Swiglu",
+            Op::Glu { kind: GluKind::Geglu, .. } => "Geglu",
+            Op::RmsNorm { .. } => "RmsNorm",
+            Op::Norm { .. } => "Norm",
+            Op::MulMat => "MulMat",
+            Op::Rope(_) => "Rope",
+            Op::SoftMax { .. } => "SoftMax",
+            Op::GetRows => "GetRows",
+            Op::SetRows => "SetRows",
+            Op::ScatterRows => "ScatterRows",
+            Op::FlashAttn { .. } => "FlashAttn",
+            Op::SumRows => "SumRows",
+            Op::Concat { .. } => "Concat",
+        }
+    }
+
+    /// Allowed input counts.
+    pub fn arity(&self) -> std::ops::RangeInclusive<usize> {
+        match self {
+            Op::Parameter => 0..=0,
+            Op::View | Op::Copy | Op::Scale { .. } | Op::Unary(_) => 1..=1,
+            Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => 1..=1,
+            Op::Glu { .. } => 1..=2,
+            Op::Binary(_) | Op::MulMat | Op::GetRows | Op::Concat { .. } => 2..=2,
+            Op::Rope(p) => {
+                let n = 2 + p.has_freq_factors as usize;
+                n..=n
+            }
+            Op::SoftMax { has_mask, .. } => {
+                let n = 1 + *has_mask as usize;
+                n..=n
+            }
+            Op::SetRows | Op::ScatterRows => 3..=3,
+            Op::FlashAttn { has_mask, .. } => {
+                let n = 3 + *has_mask as usize;
+                n..=n
+            }
+        }
+    }
+
+    /// Ops that produce no new data (their output aliases an input).
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Parameter | Op::View)
+    }
+}

@@ -1,0 +1,341 @@
+//! Kernel selection: each IR op becomes zero or more launches of the kernels
+//! in `runtime/kernels`, with arguments in the order their signatures list.
+
+use super::Binder;
+use crate::error::{Error, Result};
+use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64, Q4K, Q4_0, Q6K, Q8_0};
+use crate::ir::{BinaryOp, GluKind, Graph, Node, Op, RopeMode, UnaryOp};
+use crate::runtime::executor::{ArgBinder, Launch, Operand};
+use crate::runtime::program::kernel;
+
+/// Work-group size of the row kernels (norm, softmax, sum_rows) and flash attention.
+pub const ROW_WG: usize = 64;
+/// Work-group size of the matrix-vector kernels: one group per output element.
+pub const MM_WG: usize = 32;
+
+/// How a weight type wants its activations: format name and bytes per row.
+fn activation_format(w: GgmlType, ne10: i64) -> Option<(&'static str, u64)> {
+    match w {
+        F32 => None,
+        F16 => Some(("kernel_convert_f16", 2 * ne10 as u64)),
+        Q4_0 | Q8_0 => Some(("kernel_quantize_q8_1", (ne10 as u64 / 32) * 36)),
+        Q4K | Q6K => Some(("kernel_quantize_q8_k", (ne10 as u64 / 256) * 292)),
+        _ => None,
+    }
+}
+
+/// Scratch bytes a node needs (converted activations of a matmul).
+pub fn scratch_bytes(g: &Graph, n: &Node) -> usize {
+    if n.op != Op::MulMat {
+        return 0;
+    }
+    let w = g.ty(n.inputs[0]);
+    let x = g.ty(n.inputs[1]);
+    match activation_format(w.dtype, x.ne[0]) {
+        Some((_, row)) => (row * (x.ne[1] * x.ne[2] * x.ne[3]) as u64) as usize,
+        None => 0,
+    }
+}
+
+fn nelements(t: &Operand) -> usize {
+    t.ne.iter().product::<i64>().max(0) as usize
+}
+
+fn rows_grid(t: &Operand) -> [usize; 3] {
+    [ROW_WG, t.ne[1] as usize, (t.ne[2] * t.ne[3]) as usize]
+}
+
+fn flat(
+    b: &Binder,
+    program: &'static str,
+    name: &str,
+    n: usize,
+    kind: &'static str,
+    bind: impl FnOnce(&mut ArgBinder) -> Result<()>,
+) -> Result<Launch> {
+    let k = kernel(&b.device, program, name)?;
+    bind(&mut ArgBinder::new(&k))?;
+    Ok(Launch { kernel: k, global: [n, 1, 1], local: None, dims: 1, kind })
+}
+
+fn grid(
+    b: &Binder,
+    program: &'static str,
+    name: &str,
+    global: [usize; 3],
+    local: Option<[usize; 3]>,
+    kind: &'static str,
+    bind: impl FnOnce(&mut ArgBinder) -> Result<()>,
+) -> Result<Launch> {
+    let k = kernel(&b.device, program, name)?;
+    bind(&mut ArgBinder::new(&k))?;
+    Ok(Launch { kernel: k, global, local, dims: 3, kind })
+}
+
+fn type_suffix(t: GgmlType) -> Result<&'static str> {
+    Ok(match t {
+        F32 => "f32",
+        F16 => "f16",
+        Q4_0 => "q4_0",
+        Q8_0 => "q8_0",
+        Q4K => "q4_k",
+        Q6K => "q6_k",
+        I64 => "i64",
+        I32 => "i32",
+        other => return Err(Error::Unsupported(format!("no kernel for type {}", other.name()))),
+    })
+}
+
+/// ALiBi constants exactly as ggml's CPU backend derives them.
+pub fn alibi(n_head: u32, max_bias: f32) -> (f32, f32, u32) {
+    let n_head_log2 = 1u32 << (n_head as f32).log2().floor() as u32;
+    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+    let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+    (m0, m1, n_head_log2)
+}
+
+/// ggml_rope_yarn_corr_dims.
+pub fn rope_yarn_corr_dims(n_dims: i32, n_ctx_orig: i32, freq_base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+    let corr_dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln())
+    };
+    let start = corr_dim(beta_fast).floor();
+    let end = corr_dim(beta_slow).ceil();
+    [start.max(0.0), end.min((n_dims - 1) as f32)]
+}
+
+pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Result<()> {
+    let g = b.graph;
+    let v = crate::ir::Value::new(id, 0);
+    match &n.op {
+        Op::Parameter | Op::View => Ok(()),
+        Op::SetRows => Err(Error::InvalidGraph(format!(
+            "SetRows '{}' reached planning: no pass lowered it",
+            n.name
+        ))),
+        Op::Copy => {
+            let src = b.operand(n.inputs[0])?;
+            let dst = b.operand(v)?;
+            let name = format!(
+                "kernel_cpy_{}_{}",
+                type_suffix(g.ty(n.inputs[0]).dtype)?,
+                type_suffix(g.ty(v).dtype)?
+            );
+            out.push(flat(b, "cpy", &name, nelements(&src), "cpy", |a| {
+                a.tensor(&src)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Binary(op) => {
+            let (x, y, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
+            let name = match op {
+                BinaryOp::Add => "kernel_add_f32",
+                BinaryOp::Sub => "kernel_sub_f32",
+                BinaryOp::Mul => "kernel_mul_f32",
+                BinaryOp::Div => "kernel_div_f32",
+            };
+            out.push(flat(b, "binary", name, nelements(&dst), "binary", |a| {
+                a.tensor(&x)?.tensor(&y)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Scale { scale, bias } => {
+            let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
+            out.push(flat(b, "unary", "kernel_scale_f32", nelements(&dst), "unary", |a| {
+                a.tensor(&x)?.tensor(&dst)?.f32(*scale)?.f32(*bias)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Unary(u) => {
+            let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
+            let name = match u {
+                UnaryOp::Silu => "kernel_silu_f32",
+                UnaryOp::Gelu => "kernel_gelu_f32",
+                UnaryOp::GeluQuick => "kernel_gelu_quick_f32",
+            };
+            out.push(flat(b, "unary", name, nelements(&dst), "unary", |a| {
+                a.tensor(&x)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Glu { kind, swapped } => {
+            let x = b.operand(n.inputs[0])?;
+            let has_b = n.inputs.len() == 2;
+            let y = if has_b { b.operand(n.inputs[1])? } else { x };
+            let dst = b.operand(v)?;
+            let name = match kind {
+                GluKind::Swiglu => "kernel_swiglu_f32",
+                GluKind::Geglu => "kernel_geglu_f32",
+            };
+            out.push(flat(b, "glu", name, nelements(&dst), "glu", |a| {
+                a.tensor(&x)?.tensor(&y)?.tensor(&dst)?.i32(*swapped as i32)?.i32(has_b as i32)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::RmsNorm { eps } | Op::Norm { eps } => {
+            let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
+            let name = if matches!(n.op, Op::RmsNorm { .. }) { "kernel_rms_norm_f32" } else { "kernel_norm_f32" };
+            out.push(grid(b, "norm", name, rows_grid(&dst), Some([ROW_WG, 1, 1]), "norm", |a| {
+                a.tensor(&x)?.tensor(&dst)?.f32(*eps)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::SumRows => {
+            let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
+            out.push(grid(b, "misc", "kernel_sum_rows_f32", rows_grid(&dst), Some([ROW_WG, 1, 1]), "sum_rows", |a| {
+                a.tensor(&x)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Concat { dim } => {
+            let (x, y, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
+            out.push(flat(b, "misc", "kernel_concat_f32", nelements(&dst), "concat", |a| {
+                a.tensor(&x)?.tensor(&y)?.tensor(&dst)?.i32(*dim)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::SoftMax { scale, max_bias, has_mask } => {
+            let x = b.operand(n.inputs[0])?;
+            let mask = if *has_mask { b.operand(n.inputs[1])? } else { x };
+            let mask_type = if !*has_mask {
+                0
+            } else if g.ty(n.inputs[1]).dtype == F32 {
+                1
+            } else {
+                2
+            };
+            let dst = b.operand(v)?;
+            let (m0, m1, n_head_log2) = alibi(x.ne[2] as u32, *max_bias);
+            out.push(grid(b, "softmax", "kernel_soft_max_f32", rows_grid(&dst), Some([ROW_WG, 1, 1]), "softmax", |a| {
+                a.tensor(&x)?.tensor(&mask)?.tensor(&dst)?;
+                a.f32(*scale)?.f32(*max_bias)?.f32(m0)?.f32(m1)?.u32(n_head_log2)?.i32(mask_type)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::Rope(p) => {
+            let x = b.operand(n.inputs[0])?;
+            let pos = b.operand(n.inputs[1])?;
+            let ff = if p.has_freq_factors { b.operand(n.inputs[2])? } else { pos };
+            let dst = b.operand(v)?;
+            let corr = rope_yarn_corr_dims(p.n_dims, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+            let name = match p.mode {
+                RopeMode::Normal => "kernel_rope_norm_f32",
+                RopeMode::Neox => "kernel_rope_neox_f32",
+            };
+            let global = [(x.ne[0] / 2) as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
+            out.push(grid(b, "rope", name, global, None, "rope", |a| {
+                a.tensor(&x)?.ptr(pos.mem, pos.offset)?.ptr(ff.mem, ff.offset)?.i32(p.has_freq_factors as i32)?;
+                a.tensor(&dst)?.i32(p.n_dims)?.f32(p.freq_base)?.f32(p.freq_scale)?.f32(p.ext_factor)?;
+                a.f32(p.attn_factor)?.f32(corr[0])?.f32(corr[1])?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::GetRows => {
+            let (t, rows, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
+            let name = format!("kernel_get_rows_{}", type_suffix(g.ty(n.inputs[0]).dtype)?);
+            let global = [dst.ne[0] as usize, dst.ne[1] as usize, (dst.ne[2] * dst.ne[3]) as usize];
+            out.push(grid(b, "get_rows", &name, global, None, "get_rows", |a| {
+                a.tensor(&t)?.tensor(&rows)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::ScatterRows => {
+            let vals = b.operand(n.inputs[1])?;
+            let idx = b.operand(n.inputs[2])?;
+            let dst = b.operand(v)?;
+            let name = format!(
+                "kernel_set_rows_{}_{}",
+                type_suffix(g.ty(v).dtype)?,
+                type_suffix(g.ty(n.inputs[2]).dtype)?
+            );
+            let global = [vals.ne[0] as usize, vals.ne[1] as usize, (vals.ne[2] * vals.ne[3]) as usize];
+            out.push(grid(b, "set_rows", &name, global, None, "set_rows", |a| {
+                a.tensor(&vals)?.tensor(&idx)?.tensor(&dst)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+        Op::MulMat => lower_mul_mat(b, n, v, out),
+        Op::FlashAttn { scale, max_bias, softcap, has_mask } => {
+            let q = b.operand(n.inputs[0])?;
+            let k = b.operand(n.inputs[1])?;
+            let vv = b.operand(n.inputs[2])?;
+            let mask = if *has_mask { b.operand(n.inputs[3])? } else { q };
+            let dst = b.operand(v)?;
+            let (m0, m1, n_head_log2) = alibi(q.ne[2] as u32, *max_bias);
+            // As ggml's CPU backend: the scale is divided by the softcap before
+            // the dot product is capped with softcap * tanh(s).
+            let scale = if *softcap != 0.0 { scale / softcap } else { *scale };
+            let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];
+            out.push(grid(b, "flash_attn", "kernel_flash_attn_ext_f16", global, Some([ROW_WG, 1, 1]), "flash_attn", |a| {
+                a.tensor(&q)?.tensor(&k)?.tensor(&vv)?.tensor(&mask)?.i32(*has_mask as i32)?.tensor(&dst)?;
+                a.f32(scale)?.f32(*max_bias)?.f32(m0)?.f32(m1)?.u32(n_head_log2)?.f32(*softcap)?;
+                Ok(())
+            })?);
+            Ok(())
+        }
+    }
+}
+
+fn lower_mul_mat(b: &mut Binder, n: &Node, v: crate::ir::Value, out: &mut Vec<Launch>) -> Result<()> {
+    let g = b.graph;
+    let wt = g.ty(n.inputs[0]).dtype;
+    let w = b.operand(n.inputs[0])?;
+    let x = b.operand(n.inputs[1])?;
+    let dst = b.operand(v)?;
+    let mm_name = format!("kernel_mul_mat_{}", type_suffix(wt)?);
+    let (act_mem, act_off, act_nb) = match activation_format(wt, x.ne[0]) {
+        None => (x.mem, x.offset, x.nb),
+        Some((convert, row)) => {
+            let (scratch, _) = b.scratch.ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
+            let blocks = match convert {
+                "kernel_convert_f16" => x.ne[0],
+                "kernel_quantize_q8_1" => x.ne[0] / 32,
+                _ => x.ne[0] / 256,
+            };
+            let global = [blocks as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
+            out.push(grid(b, "mul_mat", convert, global, None, "quantize", |a| {
+                a.tensor(&x)?.ptr(scratch, 0)?;
+                Ok(())
+            })?);
+            let nb = [0, row, row * x.ne[1] as u64, row * (x.ne[1] * x.ne[2]) as u64];
+            (scratch, 0u64, nb)
+        }
+    };
+    let global = [MM_WG * w.ne[1] as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
+    out.push(grid(b, "mul_mat", &mm_name, global, Some([MM_WG, 1, 1]), "mul_mat", |a| {
+        a.tensor(&w)?.ptr(act_mem, act_off)?.u64x4(act_nb)?.i64x4(x.ne)?.tensor(&dst)?;
+        Ok(())
+    })?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alibi_matches_ggml_for_non_power_of_two_heads() {
+        let (m0, m1, l2) = alibi(12, 8.0);
+        assert_eq!(l2, 8);
+        assert_eq!(m0, 2f32.powf(-1.0));
+        assert_eq!(m1, 2f32.powf(-0.5));
+    }
+
+    #[test]
+    fn yarn_corr_dims_are_clamped() {
+        let c = rope_yarn_corr_dims(128, 4096, 10000.0, 32.0, 1.0);
+        assert!(c[0] >= 0.0 && c[1] <= 127.0 && c[0] <= c[1]);
+    }
+}

@@ -1,0 +1,110 @@
+//! Plans: IR lowered to kernel launches with arguments bound once, for one
+//! device; cached by graph fingerprint so a decode step is a run of enqueues.
+
+pub mod cache;
+pub mod lower;
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Place, Value};
+use crate::runtime::executor::{Launch, Operand};
+use crate::runtime::{Device, DeviceBuffer};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct Plan {
+    pub device: Arc<Device>,
+    pub launches: Vec<Launch>,
+    /// Host buffers the launches read or write, kept alive with the plan.
+    pub buffers: Vec<Arc<DeviceBuffer>>,
+    /// Plan-owned memory (converted activations), reused step after step: the
+    /// in-order queue finishes each consumer before the next producer runs.
+    pub scratch: Option<DeviceBuffer>,
+    pub free_epoch: u64,
+}
+
+/// Operand resolution while lowering.
+pub struct Binder<'g> {
+    pub graph: &'g Graph,
+    pub device: Arc<Device>,
+    buffers: BTreeMap<u64, Arc<DeviceBuffer>>,
+    pub scratch: Option<(opencl3::types::cl_mem, usize)>,
+}
+
+impl<'g> Binder<'g> {
+    pub fn operand(&mut self, v: Value) -> Result<Operand> {
+        let out = self.graph.output(v);
+        match out.place {
+            Place::Bound(m) => {
+                let buf = match self.buffers.get(&m.buffer) {
+                    Some(b) => b.clone(),
+                    None => {
+                        let b = DeviceBuffer::by_base(m.buffer).ok_or_else(|| {
+                            Error::InvalidGraph(format!("value %{}:{} names a freed buffer", v.node, v.port))
+                        })?;
+                        if !Arc::ptr_eq(&b.device, &self.device) {
+                            return Err(Error::InvalidGraph(format!(
+                                "tensor '{}' lives on {} but the graph runs on {}",
+                                self.graph.nodes[v.node].name, b.device.name, self.device.name
+                            )));
+                        }
+                        self.buffers.insert(m.buffer, b.clone());
+                        b
+                    }
+                };
+                let span = out.ty.span_bytes();
+                if m.offset + span > buf.size as u64 {
+                    return Err(Error::InvalidGraph(format!(
+                        "tensor '{}' ({} bytes at offset {}) overruns its buffer of {} bytes",
+                        self.graph.nodes[v.node].name, span, m.offset, buf.size
+                    )));
+                }
+                Ok(Operand { mem: buf.cl_mem() as _, offset: m.offset, ne: out.ty.ne, nb: out.ty.nb })
+            }
+            Place::Internal => Err(Error::Unsupported(format!(
+                "value %{}:{} has no memory: unplaced tensors are not supported on this path",
+                v.node, v.port
+            ))),
+        }
+    }
+}
+
+impl Plan {
+    pub fn build(graph: &Graph, device: &Arc<Device>) -> Result<Plan> {
+        let scratch_bytes = graph.nodes.iter().map(|n| lower::scratch_bytes(graph, n)).max().unwrap_or(0);
+        let scratch = if scratch_bytes > 0 { Some(DeviceBuffer::alloc_scratch(device, scratch_bytes)?) } else { None };
+        let mut binder = Binder {
+            graph,
+            device: device.clone(),
+            buffers: BTreeMap::new(),
+            scratch: scratch.as_ref().map(|s| (s.cl_mem() as _, s.size)),
+        };
+        let mut launches = Vec::new();
+        for (i, n) in graph.nodes.iter().enumerate() {
+            lower::lower(&mut binder, i, n, &mut launches)?;
+        }
+        Ok(Plan {
+            device: device.clone(),
+            launches,
+            buffers: binder.buffers.into_values().collect(),
+            scratch,
+            free_epoch: DeviceBuffer::free_epoch(),
+        })
+    }
+
+    /// Enqueues every launch; returns without waiting (ggml's compute is async).
+    pub fn run(&self) -> Result<()> {
+        for l in &self.launches {
+            l.enqueue(&self.device)?;
+        }
+        self.device.flush()
+    }
+
+    /// Whether every buffer the plan names is still registered.
+    pub fn buffers_alive(&self) -> bool {
+        self.buffers.iter().all(|b| DeviceBuffer::by_base(b.base).is_some())
+    }
+
+    pub fn count(&self, kind: &str) -> usize {
+        self.launches.iter().filter(|l| l.kind == kind).count()
+    }
+}

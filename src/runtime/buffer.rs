@@ -1,0 +1,235 @@
+//! Device buffers. Each buffer gets a unique fake base address that ggml uses
+//! as `get_base`; a tensor is then resolved from its `data` pointer alone
+//! (base range lookup), which the meta backend's temporaries require. Fake
+//! addresses are never reused, so a plan keyed on addresses can never match a
+//! buffer that replaced a freed one.
+
+use super::device::Device;
+use crate::config;
+use crate::error::{ClContext, Error, Result};
+use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
+use opencl3::command_queue as cq;
+use opencl3::event::Event;
+use opencl3::types::{cl_event, cl_int, CL_BLOCKING};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Alignment polycl asks ggml for; kernels take explicit byte offsets, so this
+/// only needs to cover the widest element loads.
+pub const BUFFER_ALIGNMENT: usize = 128;
+
+const FAKE_BASE_START: u64 = 0x1000_0000_0000;
+static NEXT_FAKE_BASE: AtomicU64 = AtomicU64::new(FAKE_BASE_START);
+/// Bumped whenever a buffer is released, so plan caches can drop plans that
+/// reference it.
+static FREE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+pub struct DeviceBuffer {
+    /// Fake base address; also the buffer's id in IR memory references.
+    pub base: u64,
+    pub size: usize,
+    pub device: Arc<Device>,
+    pub mem: Buffer<u8>,
+}
+
+fn registry() -> &'static Mutex<BTreeMap<u64, Arc<DeviceBuffer>>> {
+    static R: OnceLock<Mutex<BTreeMap<u64, Arc<DeviceBuffer>>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+impl DeviceBuffer {
+    /// Allocates `size` bytes on `device` and registers the buffer.
+    pub fn alloc(device: &Arc<Device>, size: usize) -> Result<Arc<DeviceBuffer>> {
+        let size = size.max(1);
+        let oom = |detail: String| Error::OutOfMemory { device: device.index, bytes: size, detail };
+        if size > device.max_alloc {
+            return Err(oom(format!("larger than the device's max buffer size {}", device.max_alloc)));
+        }
+        if let Some(limit) = config::get().mem_limit {
+            let used = device.allocated.load(Ordering::Relaxed);
+            if used + size > limit {
+                return Err(oom(format!("POLYCL_MEM_LIMIT_MB allows {limit} bytes, {used} in use")));
+            }
+        }
+        // SAFETY: no host pointer is passed, so the buffer owns fresh device memory.
+        let mem = unsafe {
+            Buffer::<u8>::create(&device.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut())
+        }
+        .map_err(|e| oom(format!("clCreateBuffer status {}", e.0)))?;
+        let span = (size as u64).div_ceil(4096) * 4096 + 4096;
+        let base = NEXT_FAKE_BASE.fetch_add(span, Ordering::Relaxed);
+        let buf = Arc::new(DeviceBuffer { base, size, device: device.clone(), mem });
+        device.allocated.fetch_add(size, Ordering::Relaxed);
+        registry().lock().insert(base, buf.clone());
+        Ok(buf)
+    }
+
+    /// Allocates and registers nothing: scratch memory owned by a plan.
+    pub fn alloc_scratch(device: &Arc<Device>, size: usize) -> Result<DeviceBuffer> {
+        let size = size.max(1);
+        // SAFETY: as in alloc.
+        let mem = unsafe {
+            Buffer::<u8>::create(&device.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut())
+        }
+        .map_err(|e| Error::OutOfMemory {
+            device: device.index,
+            bytes: size,
+            detail: format!("scratch: clCreateBuffer status {}", e.0),
+        })?;
+        Ok(DeviceBuffer { base: 0, size, device: device.clone(), mem })
+    }
+
+    /// Removes the buffer from the registry; memory is released when the last
+    /// plan holding it is dropped.
+    pub fn release(base: u64) {
+        if let Some(b) = registry().lock().remove(&base) {
+            b.device.allocated.fetch_sub(b.size, Ordering::Relaxed);
+            FREE_EPOCH.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn by_base(base: u64) -> Option<Arc<DeviceBuffer>> {
+        registry().lock().get(&base).cloned()
+    }
+
+    /// The buffer containing fake address `addr`, with the offset inside it.
+    pub fn resolve(addr: u64) -> Option<(Arc<DeviceBuffer>, u64)> {
+        let reg = registry().lock();
+        let (_, b) = reg.range(..=addr).next_back()?;
+        let off = addr - b.base;
+        if off <= b.size as u64 {
+            Some((b.clone(), off))
+        } else {
+            None
+        }
+    }
+
+    pub fn free_epoch() -> u64 {
+        FREE_EPOCH.load(Ordering::Relaxed)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(Error::InvalidArgument(format!(
+                "access of {len} bytes at offset {offset} outside a buffer of {} bytes",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the write is blocking, so `data` outlives the transfer, and the
+        // range was checked against the buffer size.
+        let ev = unsafe {
+            cq::enqueue_write_buffer(
+                self.device.queue.get(),
+                self.mem.get(),
+                CL_BLOCKING,
+                offset,
+                data.len(),
+                data.as_ptr() as *const c_void,
+                0,
+                std::ptr::null(),
+            )
+        };
+        finish_event(ev, "clEnqueueWriteBuffer")
+    }
+
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: blocking read into a live slice, range checked.
+        let ev = unsafe {
+            cq::enqueue_read_buffer(
+                self.device.queue.get(),
+                self.mem.get(),
+                CL_BLOCKING,
+                offset,
+                out.len(),
+                out.as_mut_ptr() as *mut c_void,
+                0,
+                std::ptr::null(),
+            )
+        };
+        finish_event(ev, "clEnqueueReadBuffer")
+    }
+
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let pattern = [value];
+        // SAFETY: the pattern is copied at enqueue time; range checked.
+        let ev = unsafe {
+            cq::enqueue_fill_buffer(
+                self.device.queue.get(),
+                self.mem.get(),
+                pattern.as_ptr() as *const c_void,
+                1,
+                offset,
+                len,
+                0,
+                std::ptr::null(),
+            )
+        };
+        finish_event(ev, "clEnqueueFillBuffer")
+    }
+
+    /// Device-side copy into `dst` (same device), ordered on the device queue.
+    pub fn copy_to(&self, src_off: usize, dst: &DeviceBuffer, dst_off: usize, len: usize) -> Result<()> {
+        self.check(src_off, len)?;
+        dst.check(dst_off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges checked; both buffers live in the same context.
+        let ev = unsafe {
+            cq::enqueue_copy_buffer(
+                self.device.queue.get(),
+                self.mem.get(),
+                dst.mem.get(),
+                src_off,
+                dst_off,
+                len,
+                0,
+                std::ptr::null(),
+            )
+        };
+        finish_event(ev, "clEnqueueCopyBuffer")
+    }
+
+    pub fn cl_mem(&self) -> *mut c_void {
+        self.mem.get() as *mut c_void
+    }
+}
+
+impl Device {
+    pub fn synchronize(&self) -> Result<()> {
+        self.queue.finish().cl("clFinish")
+    }
+    pub fn flush(&self) -> Result<()> {
+        self.queue.flush().cl("clFlush")
+    }
+}
+
+/// Releases the event an enqueue returned (we order through the in-order queue).
+pub(crate) fn finish_event(ev: std::result::Result<cl_event, cl_int>, call: &'static str) -> Result<()> {
+    match ev {
+        Ok(e) => {
+            drop(Event::new(e));
+            Ok(())
+        }
+        Err(code) => Err(Error::OpenCl(call, code)),
+    }
+}

@@ -1,0 +1,157 @@
+//! Device discovery: every OpenCL device that passes the capability check is
+//! one polycl device, in platform order, filtered by `POLYCL_DEVICES`.
+
+use crate::config;
+use crate::error::{ClContext, Error, Result};
+use crate::log;
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::device::{Device as ClDevice, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_GPU};
+use opencl3::platform::get_platforms;
+use opencl3::program::Program;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+pub struct Device {
+    /// Index among polycl devices: the N of POLYCLN.
+    pub index: usize,
+    pub name: String,
+    pub description: String,
+    pub vendor: String,
+    pub is_gpu: bool,
+    pub is_nvidia: bool,
+    pub global_mem: usize,
+    pub max_alloc: usize,
+    pub cl: ClDevice,
+    pub context: Context,
+    /// One in-order queue per device: transfers and kernels are ordered by it,
+    /// so a set_tensor after a graph compute sees its results.
+    pub queue: CommandQueue,
+    pub allocated: AtomicUsize,
+    pub(crate) programs: Mutex<HashMap<&'static str, Arc<Program>>>,
+}
+
+impl Device {
+    pub fn free_memory(&self) -> usize {
+        self.global_mem.saturating_sub(self.allocated.load(Ordering::Relaxed))
+    }
+}
+
+static DEVICES: OnceLock<std::result::Result<Vec<Arc<Device>>, Error>> = OnceLock::new();
+
+/// The usable devices, discovered once. An error means polycl has nothing to offer.
+pub fn devices() -> std::result::Result<&'static [Arc<Device>], &'static Error> {
+    match DEVICES.get_or_init(discover) {
+        Ok(d) => Ok(d.as_slice()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Why a device is not usable, or None if it is.
+fn capability_problem(d: &ClDevice) -> Option<String> {
+    let c_version = d.opencl_c_version().unwrap_or_default();
+    // "OpenCL C 1.2 ..." or later: the kernels are OpenCL C 1.2.
+    let ok_version = c_version
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| {
+            let mut it = v.split('.');
+            Some((it.next()?.parse::<u32>().ok()?, it.next()?.parse::<u32>().ok()?))
+        })
+        .map(|(maj, min)| (maj, min) >= (1, 2))
+        .unwrap_or(false);
+    if !ok_version {
+        return Some(format!("needs OpenCL C 1.2, device reports '{c_version}'"));
+    }
+    match d.max_work_group_size() {
+        Ok(n) if n >= 64 => {}
+        Ok(n) => return Some(format!("max work-group size {n} < 64")),
+        Err(e) => return Some(format!("cannot query work-group size ({})", e.0)),
+    }
+    None
+}
+
+fn discover() -> Result<Vec<Arc<Device>>> {
+    let cfg = config::get();
+    for p in &cfg.problems {
+        log::warn(p);
+    }
+    let platforms = get_platforms().map_err(|e| {
+        Error::NoDevice(format!(
+            "no OpenCL platform (status {}): is an ICD loader (libOpenCL.so.1) and a driver installed?",
+            e.0
+        ))
+    })?;
+    let mut found = Vec::new();
+    for p in &platforms {
+        let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
+            Ok(ids) => ids,
+            Err(_) => continue,
+        };
+        for id in ids {
+            let d = ClDevice::new(id);
+            match capability_problem(&d) {
+                None => found.push(d),
+                Some(why) => log::info(&format!(
+                    "skipping OpenCL device '{}': {why}",
+                    d.name().unwrap_or_default()
+                )),
+            }
+        }
+    }
+    let selected: Vec<ClDevice> = match &cfg.devices {
+        None => found,
+        Some(list) => {
+            let mut sel = Vec::new();
+            for &i in list {
+                match found.get(i) {
+                    Some(d) => sel.push(*d),
+                    None => log::warn(&format!(
+                        "POLYCL_DEVICES names device {i}, but only {} usable OpenCL devices exist",
+                        found.len()
+                    )),
+                }
+            }
+            sel
+        }
+    };
+    if selected.is_empty() {
+        return Err(Error::NoDevice("no OpenCL device passed the capability check".into()));
+    }
+    let mut out = Vec::new();
+    for (index, d) in selected.into_iter().enumerate() {
+        let context = Context::from_device(&d).cl("clCreateContext")?;
+        #[allow(deprecated)]
+        let queue = CommandQueue::create_default(&context, 0).cl("clCreateCommandQueue")?;
+        let dev_type = d.dev_type().unwrap_or(0);
+        let vendor = d.vendor().unwrap_or_default();
+        let name = d.name().unwrap_or_default();
+        let dev = Device {
+            index,
+            name: format!("POLYCL{index}"),
+            description: name.trim().to_string(),
+            is_nvidia: vendor.to_ascii_lowercase().contains("nvidia"),
+            vendor,
+            is_gpu: dev_type & CL_DEVICE_TYPE_GPU != 0,
+            global_mem: d.global_mem_size().unwrap_or(0) as usize,
+            max_alloc: d.max_mem_alloc_size().unwrap_or(0) as usize,
+            cl: d,
+            context,
+            queue,
+            allocated: AtomicUsize::new(0),
+            programs: Mutex::new(HashMap::new()),
+        };
+        log::info(&format!(
+            "{}: {} ({}, {} MiB, max buffer {} MiB)",
+            dev.name,
+            dev.description,
+            if dev.is_gpu { "GPU" } else { "non-GPU OpenCL device" },
+            dev.global_mem >> 20,
+            dev.max_alloc >> 20
+        ));
+        out.push(Arc::new(dev));
+    }
+    Ok(out)
+}

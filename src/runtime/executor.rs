@@ -1,0 +1,100 @@
+//! Kernel launches with arguments bound once at plan time; running a plan is a
+//! run of enqueues on the device's in-order queue.
+
+use super::buffer::finish_event;
+use super::device::Device;
+use crate::error::{ClContext, Result};
+use opencl3::command_queue as cq;
+use opencl3::kernel::Kernel;
+use opencl3::types::cl_mem;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One tensor as a kernel sees it: memory, byte offset, ggml ne and nb.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand {
+    pub mem: cl_mem,
+    pub offset: u64,
+    pub ne: [i64; 4],
+    pub nb: [u64; 4],
+}
+
+/// Arguments bound in order, the way the `.cl` signatures list them.
+pub struct ArgBinder<'k> {
+    kernel: &'k Kernel,
+    next: u32,
+}
+
+impl<'k> ArgBinder<'k> {
+    pub fn new(kernel: &'k Kernel) -> Self {
+        ArgBinder { kernel, next: 0 }
+    }
+    fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
+        // SAFETY: T is a plain value whose size matches the kernel parameter at
+        // this index by construction of the signatures (checked by the device
+        // tests that launch every kernel).
+        unsafe { self.kernel.set_arg(self.next, v) }.cl("clSetKernelArg")?;
+        self.next += 1;
+        Ok(self)
+    }
+    /// TENSOR/CTENSOR: pointer, offset, ne (long4), nb (ulong4).
+    pub fn tensor(&mut self, t: &Operand) -> Result<&mut Self> {
+        self.raw(&t.mem)?.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb)
+    }
+    /// A pointer and a byte offset.
+    pub fn ptr(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
+        self.raw(&mem)?.raw(&offset)
+    }
+    pub fn i32(&mut self, v: i32) -> Result<&mut Self> {
+        self.raw(&v)
+    }
+    pub fn u32(&mut self, v: u32) -> Result<&mut Self> {
+        self.raw(&v)
+    }
+    pub fn f32(&mut self, v: f32) -> Result<&mut Self> {
+        self.raw(&v)
+    }
+    pub fn u64x4(&mut self, v: [u64; 4]) -> Result<&mut Self> {
+        self.raw(&v)
+    }
+    pub fn i64x4(&mut self, v: [i64; 4]) -> Result<&mut Self> {
+        self.raw(&v)
+    }
+}
+
+/// A kernel with its arguments bound and its NDRange.
+pub struct Launch {
+    pub kernel: Kernel,
+    pub global: [usize; 3],
+    pub local: Option<[usize; 3]>,
+    pub dims: u32,
+    /// Counted by kind for tests and logs: "mul_mat", "quantize", ...
+    pub kind: &'static str,
+}
+
+/// Launches since process start, for tests that assert launch counts.
+pub static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+impl Launch {
+    pub fn enqueue(&self, device: &Device) -> Result<()> {
+        if self.global[..self.dims as usize].contains(&0) {
+            return Ok(());
+        }
+        let local = self.local.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
+        // SAFETY: every argument was bound at plan time and the buffers they name
+        // are kept alive by the plan that owns this launch.
+        let ev = unsafe {
+            cq::enqueue_nd_range_kernel(
+                device.queue.get(),
+                self.kernel.get(),
+                self.dims,
+                std::ptr::null(),
+                self.global.as_ptr(),
+                local,
+                0,
+                std::ptr::null(),
+            )
+        };
+        LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        finish_event(ev, "clEnqueueNDRangeKernel")
+    }
+}

@@ -1,0 +1,12 @@
+//! OpenCL through opencl3: device discovery, queues, buffers, the program cache,
+//! kernels (`kernels/*.cl`), quant formats and the executor. The only room with
+//! OpenCL `unsafe`.
+
+pub mod buffer;
+pub mod device;
+pub mod executor;
+pub mod program;
+pub mod quant;
+
+pub use buffer::{DeviceBuffer, BUFFER_ALIGNMENT};
+pub use device::{devices, Device};

@@ -1,0 +1,68 @@
+//! Kernel programs: one per op family, built once per device from embedded
+//! OpenCL C sources and cached; a failed build is an error carrying the log.
+
+use super::device::Device;
+use crate::error::{ClContext, Error, Result};
+use crate::log;
+use opencl3::kernel::Kernel;
+use opencl3::program::Program;
+use std::sync::Arc;
+
+const COMMON: &str = include_str!("kernels/common.cl");
+const QUANT: &str = include_str!("kernels/quant.cl");
+
+/// Every program: its name and the sources concatenated to build it.
+pub const PROGRAMS: &[(&str, &[&str])] = &[
+    ("cpy", &[COMMON, include_str!("kernels/cpy.cl")]),
+    ("binary", &[COMMON, include_str!("kernels/binary.cl")]),
+    ("unary", &[COMMON, include_str!("kernels/unary.cl")]),
+    ("glu", &[COMMON, include_str!("kernels/glu.cl")]),
+    ("norm", &[COMMON, include_str!("kernels/norm.cl")]),
+    ("softmax", &[COMMON, include_str!("kernels/softmax.cl")]),
+    ("rope", &[COMMON, include_str!("kernels/rope.cl")]),
+    ("get_rows", &[COMMON, include_str!("kernels/get_rows.cl")]),
+    ("set_rows", &[COMMON, include_str!("kernels/set_rows.cl")]),
+    ("misc", &[COMMON, include_str!("kernels/misc.cl")]),
+    ("mul_mat", &[COMMON, QUANT, include_str!("kernels/mul_mat.cl")]),
+    ("flash_attn", &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")]),
+];
+
+const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
+
+/// Builds `source` for `device`; on failure the error carries the build log.
+pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
+    let mut program = Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
+    if let Err(e) = program.build(&[device.cl.id()], BUILD_OPTIONS) {
+        let log = program.get_build_log(device.cl.id()).unwrap_or_default();
+        return Err(Error::Build {
+            program: name.to_string(),
+            log: if log.trim().is_empty() { format!("(empty build log, status {})", e.0) } else { log },
+        });
+    }
+    Ok(program)
+}
+
+/// The built program `name` for `device`, from the cache or built now.
+pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
+    if let Some(p) = device.programs.lock().get(name) {
+        return Ok(p.clone());
+    }
+    let sources = PROGRAMS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| Error::Unsupported(format!("no kernel program named {name}")))?;
+    let source: String = sources.join("\n");
+    let t = std::time::Instant::now();
+    let built = Arc::new(build_source(device, name, &source)?);
+    log::debug(&format!("{}: built program {name} in {:?}", device.name, t.elapsed()));
+    Ok(device.programs.lock().entry(name).or_insert(built).clone())
+}
+
+/// A kernel object from program `program_name`.
+pub fn kernel(device: &Device, program_name: &'static str, kernel_name: &str) -> Result<Kernel> {
+    let p = program(device, program_name)?;
+    Kernel::create(&p, kernel_name).map_err(|e| {
+        Error::Unsupported(format!("kernel {kernel_name} in program {program_name}: status {}", e.0))
+    })
+}
