@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# ggml's own conformance suite against the CPU backend, for every op polycl
+# claims, on POLYCL0. Prints the pass counts per op; fails on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=$(bash scripts/host.sh)
+TBO="$PREFIX/build/bin/test-backend-ops"
+LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
+DEV=${POLYCL_TEST_DEVICE:-POLYCL0}
+OPS=${POLYCL_TEST_OPS:-"ADD SUB MUL DIV SCALE SILU GELU GELU_QUICK SWIGLU GEGLU RMS_NORM NORM \
+MUL_MAT ROPE SOFT_MAX GET_ROWS SET_ROWS CPY CONT DUP FLASH_ATTN_EXT SUM_ROWS CONCAT"}
+[[ -f "$LIB" ]] || { echo "missing $LIB: build polycl first" >&2; exit 1; }
+total_pass=0; total_fail=0; failed_ops=()
+for op in $OPS; do
+  log=$(mktemp)
+  rc=0
+  GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" >"$log" 2>&1 || rc=$?
+  line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
+  printf '%-16s %s\n' "$op" "${line:-no tests run}"
+  if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
+    failed_ops+=("$op")
+    grep -E 'FAIL|error|Assert|abort' "$log" | head -20 || true
+    total_fail=$((total_fail+1))
+  else
+    total_pass=$((total_pass+1))
+  fi
+  rm -f "$log"
+done
+echo "test-backend-ops: $total_pass passed, $total_fail failed"
+[[ ${#failed_ops[@]} -eq 0 ]] || { echo "failing ops: ${failed_ops[*]}"; exit 1; }
