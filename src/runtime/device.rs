@@ -25,7 +25,10 @@ pub struct Device {
     pub global_mem: usize,
     pub max_alloc: usize,
     pub cl: ClDevice,
-    pub context: Context,
+    /// Shared by every polycl device of the same platform, so buffers of one
+    /// can be copied to another with clEnqueueCopyBuffer and events.
+    pub context: Arc<Context>,
+    pub platform: usize,
     /// One in-order queue per device: transfers and kernels are ordered by it,
     /// so a set_tensor after a graph compute sees its results.
     pub queue: CommandQueue,
@@ -85,7 +88,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         ))
     })?;
     let mut found = Vec::new();
-    for p in &platforms {
+    for (pi, p) in platforms.iter().enumerate() {
         let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
             Ok(ids) => ids,
             Err(_) => continue,
@@ -93,7 +96,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         for id in ids {
             let d = ClDevice::new(id);
             match capability_problem(&d) {
-                None => found.push(d),
+                None => found.push((pi, d)),
                 Some(why) => log::info(&format!(
                     "skipping OpenCL device '{}': {why}",
                     d.name().unwrap_or_default()
@@ -101,7 +104,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             }
         }
     }
-    let selected: Vec<ClDevice> = match &cfg.devices {
+    let selected: Vec<(usize, ClDevice)> = match &cfg.devices {
         None => found,
         Some(list) => {
             let mut sel = Vec::new();
@@ -120,11 +123,20 @@ fn discover() -> Result<Vec<Arc<Device>>> {
     if selected.is_empty() {
         return Err(Error::NoDevice("no OpenCL device passed the capability check".into()));
     }
+    let mut contexts: HashMap<usize, Arc<Context>> = HashMap::new();
+    for (pi, _) in &selected {
+        if !contexts.contains_key(pi) {
+            let ids: Vec<_> = selected.iter().filter(|(p, _)| p == pi).map(|(_, d)| d.id()).collect();
+            let ctx = Context::from_devices(&ids, &[], None, std::ptr::null_mut()).cl("clCreateContext")?;
+            contexts.insert(*pi, Arc::new(ctx));
+        }
+    }
     let mut out = Vec::new();
-    for (index, d) in selected.into_iter().enumerate() {
-        let context = Context::from_device(&d).cl("clCreateContext")?;
+    for (index, (pi, d)) in selected.into_iter().enumerate() {
+        let context = contexts[&pi].clone();
+        // SAFETY: d is a device of `context` (the context was made from it).
         #[allow(deprecated)]
-        let queue = CommandQueue::create_default(&context, 0).cl("clCreateCommandQueue")?;
+        let queue = unsafe { CommandQueue::create(&context, d.id(), 0) }.cl("clCreateCommandQueue")?;
         let dev_type = d.dev_type().unwrap_or(0);
         let vendor = d.vendor().unwrap_or_default();
         let name = d.name().unwrap_or_default();
@@ -139,6 +151,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             max_alloc: d.max_mem_alloc_size().unwrap_or(0) as usize,
             cl: d,
             context,
+            platform: pi,
             queue,
             allocated: AtomicUsize::new(0),
             programs: Mutex::new(HashMap::new()),

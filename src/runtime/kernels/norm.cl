@@ -124,29 +124,9 @@ kernel void kernel_norm_f32(CTENSOR(a), TENSOR(dst), float eps) {
     const long i3  = get_global_id(2) / dst_ne.s2;
     const long n   = a_ne.s0;
 
-    if (a_nb.s0 != sizeof(float) || dst_nb.s0 != sizeof(float)) {
-        // The CPU's strided path: plain sequential float sums.
-        if (lid == 0) {
-            float sum = 0.0f;
-            for (long i0 = 0; i0 < n; i0++) {
-                sum += load_f32(AT(a, i0, i1, i2, i3));
-            }
-            const float mean = nrm_div(sum, (float) n);
-            float variance = 0.0f;
-            for (long i0 = 0; i0 < n; i0++) {
-                const float v = load_f32(AT(a, i0, i1, i2, i3)) - mean;
-                store_f32(AT(dst, i0, i1, i2, i3), v);
-                variance = fma(v, v, variance);
-            }
-            variance = nrm_div(variance, (float) n);
-            const float scale = nrm_div(1.0f, nrm_sqrt(variance + eps));
-            for (long i0 = 0; i0 < n; i0++) {
-                __global char *p = AT(dst, i0, i1, i2, i3);
-                store_f32(p, load_f32(p) * scale);
-            }
-        }
-        return;
-    }
+    // The CPU has a separate path for rows that are not contiguous (see the end).
+    // No early return: PoCL miscompiles barriers after a work-group-uniform return.
+    const bool strided = a_nb.s0 != sizeof(float) || dst_nb.s0 != sizeof(float);
 
     // mean: ggml_vec_sum_f32 (double accumulation), then float division
     float2 acc = (float2)(0.0f, 0.0f);
@@ -176,8 +156,29 @@ kernel void kernel_norm_f32(CTENSOR(a), TENSOR(dst), float eps) {
     const float  variance = nrm_div_ff(var_sum, (float) n);
     const float  scale    = nrm_div(1.0f, nrm_sqrt(variance + eps));
 
-    for (long i0 = lid; i0 < n; i0 += NORM_WG) {
-        const float v = load_f32(AT(a, i0, i1, i2, i3)) - mean;
-        store_f32(AT(dst, i0, i1, i2, i3), v * scale);
+    if (!strided) {
+        for (long i0 = lid; i0 < n; i0 += NORM_WG) {
+            const float v = load_f32(AT(a, i0, i1, i2, i3)) - mean;
+            store_f32(AT(dst, i0, i1, i2, i3), v * scale);
+        }
+    } else if (lid == 0) {
+        // The CPU's strided path: plain sequential float sums.
+        float sum = 0.0f;
+        for (long i0 = 0; i0 < n; i0++) {
+            sum += load_f32(AT(a, i0, i1, i2, i3));
+        }
+        const float smean = nrm_div(sum, (float) n);
+        float variance2 = 0.0f;
+        for (long i0 = 0; i0 < n; i0++) {
+            const float v = load_f32(AT(a, i0, i1, i2, i3)) - smean;
+            store_f32(AT(dst, i0, i1, i2, i3), v);
+            variance2 = fma(v, v, variance2);
+        }
+        variance2 = nrm_div(variance2, (float) n);
+        const float sscale = nrm_div(1.0f, nrm_sqrt(variance2 + eps));
+        for (long i0 = 0; i0 < n; i0++) {
+            __global char *p = AT(dst, i0, i1, i2, i3);
+            store_f32(p, load_f32(p) * sscale);
+        }
     }
 }

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Writes a random-weight llama GGUF of any size with the standard library only
+(the GPU machine has no numpy). Weights are tiles of a pool of valid random
+blocks: fine for speed measurements, where only sizes and shapes matter.
+
+usage: make-model-raw.py OUT --preset 7b|1b --type q4_0|q8_0 [--seed N]
+"""
+import argparse
+import os
+import random
+import struct
+
+PRESETS = {
+    "7b": dict(n_embd=4096, n_layer=32, n_head=32, n_head_kv=32, n_ff=11008, n_vocab=32000),
+    "1b": dict(n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632, n_vocab=32000),
+}
+# ggml type id, block elements, block bytes, llama file type
+TYPES = {"q4_0": (2, 32, 18, 2), "q8_0": (8, 32, 34, 7)}
+F32 = 0
+ALIGN = 32
+
+
+def s(x):
+    b = x.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, vtype, payload):
+    return s(key) + struct.pack("<I", vtype) + payload
+
+
+def u32(key, v):
+    return kv(key, 4, struct.pack("<I", v))
+
+
+def f32(key, v):
+    return kv(key, 6, struct.pack("<f", v))
+
+
+def string(key, v):
+    return kv(key, 8, s(v))
+
+
+def array(key, etype, items, fmt=None):
+    body = struct.pack("<IQ", etype, len(items))
+    if etype == 8:
+        body += b"".join(s(i) for i in items)
+    else:
+        body += struct.pack("<%d%s" % (len(items), fmt), *items)
+    return kv(key, 9, body)
+
+
+def block_pool(qtype, rng, nbytes=1 << 20):
+    tid, _, bb, _ = TYPES[qtype]
+    out = bytearray()
+    while len(out) < nbytes:
+        d = rng.uniform(0.004, 0.02) if qtype == "q4_0" else rng.uniform(0.0005, 0.002)
+        out += struct.pack("<e", d) + rng.randbytes(bb - 2)
+    return bytes(out[: (nbytes // bb) * bb])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--preset", default="7b", choices=PRESETS)
+    ap.add_argument("--type", default="q4_0", choices=TYPES)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    p = PRESETS[a.preset]
+    rng = random.Random(a.seed)
+    tid, be, bb, ftype = TYPES[a.type]
+    e, ff, v = p["n_embd"], p["n_ff"], p["n_vocab"]
+    hd = e // p["n_head"]
+    ekv = hd * p["n_head_kv"]
+
+    tensors = [("token_embd.weight", [e, v], tid), ("output_norm.weight", [e], F32), ("output.weight", [e, v], tid)]
+    for i in range(p["n_layer"]):
+        b = "blk.%d." % i
+        tensors += [
+            (b + "attn_norm.weight", [e], F32),
+            (b + "attn_q.weight", [e, e], tid),
+            (b + "attn_k.weight", [e, ekv], tid),
+            (b + "attn_v.weight", [e, ekv], tid),
+            (b + "attn_output.weight", [e, e], tid),
+            (b + "ffn_norm.weight", [e], F32),
+            (b + "ffn_gate.weight", [e, ff], tid),
+            (b + "ffn_up.weight", [e, ff], tid),
+            (b + "ffn_down.weight", [ff, e], tid),
+        ]
+
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % i for i in range(256)]
+    tokens += ["\u2581w%d" % i for i in range(v - len(tokens))]
+    types = [2, 3, 3] + [6] * 256 + [1] * (v - 259)
+    scores = [0.0] * 259 + [-float(i) for i in range(v - 259)]
+
+    kvs = [
+        string("general.architecture", "llama"),
+        string("general.name", "random-%s-%s" % (a.preset, a.type)),
+        u32("general.alignment", ALIGN),
+        u32("general.file_type", ftype),
+        u32("llama.context_length", 4096),
+        u32("llama.embedding_length", e),
+        u32("llama.block_count", p["n_layer"]),
+        u32("llama.feed_forward_length", ff),
+        u32("llama.rope.dimension_count", hd),
+        u32("llama.attention.head_count", p["n_head"]),
+        u32("llama.attention.head_count_kv", p["n_head_kv"]),
+        f32("llama.attention.layer_norm_rms_epsilon", 1e-5),
+        f32("llama.rope.freq_base", 10000.0),
+        u32("llama.vocab_size", v),
+        string("tokenizer.ggml.model", "llama"),
+        array("tokenizer.ggml.tokens", 8, tokens),
+        array("tokenizer.ggml.scores", 6, scores, "f"),
+        array("tokenizer.ggml.token_type", 5, types, "i"),
+        u32("tokenizer.ggml.bos_token_id", 1),
+        u32("tokenizer.ggml.eos_token_id", 2),
+        u32("tokenizer.ggml.unknown_token_id", 0),
+    ]
+
+    def nbytes(dims, t):
+        n = 1
+        for d in dims:
+            n *= d
+        return n * 4 if t == F32 else n // be * bb
+
+    infos, offset = b"", 0
+    for name, dims, t in tensors:
+        infos += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", t, offset)
+        offset += (nbytes(dims, t) + ALIGN - 1) // ALIGN * ALIGN
+
+    pool = block_pool(a.type, rng)
+    ones = struct.pack("<f", 1.0) * e
+    with open(a.out, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+        for x in kvs:
+            f.write(x)
+        f.write(infos)
+        f.write(b"\0" * ((-f.tell()) % ALIGN))
+        for name, dims, t in tensors:
+            n = nbytes(dims, t)
+            if t == F32:
+                f.write(ones[:n])
+            else:
+                left = n
+                while left > 0:
+                    chunk = pool[: min(left, len(pool))]
+                    f.write(chunk)
+                    left -= len(chunk)
+            f.write(b"\0" * ((-n) % ALIGN))
+    print("%s: %.2f GiB" % (a.out, os.path.getsize(a.out) / 2**30))
+
+
+if __name__ == "__main__":
+    main()
