@@ -1,13 +1,17 @@
 // greedy: greedy text generation through llama.cpp on one chosen ggml device.
 //
+//   greedy --list-devices          (name, type, description, memory of every ggml device)
 //   greedy -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t T]
-//          (-p TEXT | --prompt-tokens P) [--margins] [--top K] [-v]
+//          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [-v]
 //
 // --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
 //              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
 // --dev none   no offload device: the CPU backend computes everything (the reference).
 // The prompt is decoded in batches of B tokens (n_batch = n_ubatch = B), then N tokens are
 // generated one per llama_decode by argmax over the logits (lowest id wins a tie).
+//
+// --warmup decodes the prompt and one token once before the timed run (kernel compilation),
+// then clears the cache. --margins and --top K print diagnostics.
 //
 // Prints:
 //   tokens: <generated ids>
@@ -32,9 +36,10 @@
 
 static void usage(const char * argv0) {
     fprintf(stderr,
-            "usage: %s -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
-            "          (-p TEXT | --prompt-tokens P) [--margins] [--top K] [-v]\n",
-            argv0);
+            "usage: %s --list-devices\n"
+            "       %s -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
+            "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [-v]\n",
+            argv0, argv0);
 }
 
 static void die(const char * fmt, const char * arg) {
@@ -101,6 +106,8 @@ int main(int argc, char ** argv) {
     int          n_batch      = 512;
     int          n_threads    = (int) sysconf(_SC_NPROCESSORS_ONLN);
     bool         print_margins = false;
+    bool         warmup        = false;
+    bool         list_devices  = false;
     int          print_top     = 0;
     enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
 
@@ -112,8 +119,12 @@ int main(int argc, char ** argv) {
             return 0;
         } else if (strcmp(a, "-v") == 0) {
             g_verbose = true;
+        } else if (strcmp(a, "--list-devices") == 0) {
+            list_devices = true;
         } else if (strcmp(a, "--top") == 0 && has_val) {
             print_top = parse_int(argv[++i], "--top");
+        } else if (strcmp(a, "--warmup") == 0) {
+            warmup = true;
         } else if (strcmp(a, "--margins") == 0) {
             print_margins = true;
         } else if (!has_val) {
@@ -146,6 +157,25 @@ int main(int argc, char ** argv) {
             usage(argv[0]);
             die("unknown argument %s", a);
         }
+    }
+    if (list_devices) {
+        llama_log_set(log_cb, NULL);
+        ggml_backend_load_all();
+        load_cpu_backend_if_missing();
+        for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+            ggml_backend_dev_t d = ggml_backend_dev_get(i);
+            size_t             free_b = 0, total_b = 0;
+            ggml_backend_dev_memory(d, &free_b, &total_b);
+            const enum ggml_backend_dev_type t = ggml_backend_dev_type(d);
+            printf("%s\t%s\t%s\t%zu MiB\n", ggml_backend_dev_name(d),
+                   t == GGML_BACKEND_DEVICE_TYPE_CPU   ? "CPU" :
+                   t == GGML_BACKEND_DEVICE_TYPE_GPU   ? "GPU" :
+                   t == GGML_BACKEND_DEVICE_TYPE_IGPU  ? "IGPU" :
+                   t == GGML_BACKEND_DEVICE_TYPE_ACCEL ? "ACCEL" :
+                   t == GGML_BACKEND_DEVICE_TYPE_META  ? "META" : "?",
+                   ggml_backend_dev_description(d), total_b >> 20);
+        }
+        return 0;
     }
     if (model_path == NULL) {
         usage(argv[0]);
@@ -211,7 +241,7 @@ int main(int argc, char ** argv) {
         }
     } else {
         // Deterministic synthetic prompt: BOS (if the model adds one), then (7*i+3) % n_vocab,
-        // skipping control tokens.
+        // skipping control and unknown tokens.
         n_prompt = prompt_ntok;
         prompt   = malloc(sizeof(llama_token) * (size_t) (n_prompt > 0 ? n_prompt : 1));
         int k    = 0;
@@ -220,7 +250,7 @@ int main(int argc, char ** argv) {
         }
         for (int i = 0; k < n_prompt; i++) {
             const llama_token t = (llama_token) ((7L * i + 3) % n_vocab);
-            if (!llama_vocab_is_control(vocab, t)) {
+            if (!(llama_vocab_get_attr(vocab, t) & (LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_UNKNOWN))) {
                 prompt[k++] = t;
             }
         }
@@ -230,6 +260,13 @@ int main(int argc, char ** argv) {
     }
     if (n_prompt + n_gen > n_ctx) {
         die("%s", "prompt plus generated tokens exceed the context of 1024");
+    }
+    if (g_verbose) {
+        fprintf(stderr, "greedy: %d prompt tokens:", n_prompt);
+        for (int i = 0; i < n_prompt; i++) {
+            fprintf(stderr, " %d", prompt[i]);
+        }
+        fprintf(stderr, "\n");
     }
 
     struct llama_context_params cparams = llama_context_default_params();
@@ -243,6 +280,22 @@ int main(int argc, char ** argv) {
     struct llama_context * ctx          = llama_init_from_model(model, cparams);
     if (ctx == NULL) {
         die("%s", "cannot create the llama context");
+    }
+
+    // Optional warm-up (not timed): the prompt and one generation step, then an empty cache.
+    // Backends that compile kernels on first use pay for it here.
+    if (warmup) {
+        for (int i = 0; i < n_prompt; i += n_batch) {
+            const int n = n_prompt - i < n_batch ? n_prompt - i : n_batch;
+            if (llama_decode(ctx, llama_batch_get_one(prompt + i, n)) != 0) {
+                die("%s", "llama_decode failed during the warm-up");
+            }
+        }
+        llama_token t = prompt[0];
+        if (llama_decode(ctx, llama_batch_get_one(&t, 1)) != 0) {
+            die("%s", "llama_decode failed during the warm-up");
+        }
+        llama_memory_clear(llama_get_memory(ctx), true);
     }
 
     // Prompt in batches of n_batch.

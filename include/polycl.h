@@ -38,6 +38,203 @@ typedef enum PolyclStatus {
   POLYCL_STATUS_INTERNAL = 7,
 } PolyclStatus;
 
+/**
+ * What a `PolyclSource` refers to.
+ */
+enum PolyclSourceKind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * An empty src slot.
+   */
+  POLYCL_SOURCE_KIND_NONE = 0,
+  /**
+   * Graph input `index`.
+   */
+  POLYCL_SOURCE_KIND_INPUT = 1,
+  /**
+   * Weight `index`.
+   */
+  POLYCL_SOURCE_KIND_WEIGHT = 2,
+  /**
+   * Output `port` of node `index` (an earlier node).
+   */
+  POLYCL_SOURCE_KIND_NODE = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum PolyclSourceKind PolyclSourceKind;
+#else
+typedef int32_t PolyclSourceKind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A cache policy callback's answer.
+ */
+enum PolyclCacheChoice
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Leave this cache write to the next extension (or the stateless default).
+   */
+  POLYCL_CACHE_CHOICE_LEAVE = 0,
+  /**
+   * The host owns the cache: it stays an input and its update an output.
+   */
+  POLYCL_CACHE_CHOICE_STATELESS = 1,
+  /**
+   * polycl owns the cache as a state variable (make_stateful's rewrite).
+   */
+  POLYCL_CACHE_CHOICE_STATEFUL = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum PolyclCacheChoice PolyclCacheChoice;
+#else
+typedef int32_t PolyclCacheChoice;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A model whose weights live on each device of a list.
+ */
+typedef struct PolyclCompiledModel PolyclCompiledModel;
+
+/**
+ * A graph description (the callbacks); it describes, it does not own state.
+ */
+typedef struct PolyclDecoder PolyclDecoder;
+
+/**
+ * Converts decoders; holds the extensions, which run in registration order
+ * before the built-in stateless lowering of every remaining cache write.
+ */
+typedef struct PolyclFrontend PolyclFrontend;
+
+/**
+ * Inputs, state variables and plans for one run of a compiled model on one
+ * of its devices.
+ */
+typedef struct PolyclInferRequest PolyclInferRequest;
+
+/**
+ * A converted graph.
+ */
+typedef struct PolyclModel PolyclModel;
+
+/**
+ * A tensor shape in ggml `ne` order: ne[0] is the innermost dim, `rank` dims
+ * are meaningful (the others are 1), -1 is a dynamic dim, and rank -1 means
+ * the rank itself is unknown.
+ */
+typedef struct PolyclShape {
+  /**
+   * 1 to 4, or -1 when the rank is unknown.
+   */
+  int32_t rank;
+  /**
+   * Dims in ggml order; -1 is a dynamic dim; dims past `rank` are ignored.
+   */
+  int64_t ne[4];
+} PolyclShape;
+
+/**
+ * A named tensor: a graph input, one output of a node, a model input, output
+ * or variable.
+ */
+typedef struct PolyclTensorInfo {
+  /**
+   * NUL-terminated; unique in a graph.
+   */
+  const char *name;
+  /**
+   * ggml type id (0 F32, 1 F16, 26 I32, 27 I64, ...).
+   */
+  int32_t ggml_type;
+  struct PolyclShape shape;
+} PolyclTensorInfo;
+
+/**
+ * A weight: a static tensor whose bytes polycl copies during conversion.
+ */
+typedef struct PolyclWeightInfo {
+  const char *name;
+  int32_t ggml_type;
+  struct PolyclShape shape;
+  /**
+   * Contiguous ggml layout, `size` bytes.
+   */
+  const void *data;
+  size_t size;
+} PolyclWeightInfo;
+
+/**
+ * An operand of a node or a graph output.
+ */
+typedef struct PolyclSource {
+  PolyclSourceKind kind;
+  size_t index;
+  uint32_t port;
+} PolyclSource;
+
+/**
+ * One node, in graph order.
+ */
+typedef struct PolyclNodeInfo {
+  /**
+   * The op name as ggml_op_name prints it: "MUL_MAT", "SET_ROWS", ...
+   */
+  const char *op;
+  /**
+   * The op's ggml op_params bytes (at most 64).
+   */
+  const void *op_params;
+  size_t op_params_size;
+  /**
+   * ggml's src slots in order (SET_ROWS: values, indices, destination).
+   */
+  const struct PolyclSource *inputs;
+  size_t n_inputs;
+  /**
+   * Port 0 first. TOP_K has two: values (F32) and indices (I32).
+   */
+  const struct PolyclTensorInfo *outputs;
+  size_t n_outputs;
+} PolyclNodeInfo;
+
+/**
+ * The graph, described by callbacks. Every `x(user_data, i, out)` callback
+ * fills `*out` for item i < `n_x(user_data)` and returns true, or returns
+ * false on failure; the pointers it stores must stay valid until the next
+ * callback call. `n_weights`/`weight` may both be NULL (no weights).
+ */
+typedef struct PolyclDecoderCallbacks {
+  void *user_data;
+  size_t (*n_inputs)(void *user_data);
+  bool (*input)(void *user_data, size_t i, struct PolyclTensorInfo *out);
+  size_t (*n_weights)(void *user_data);
+  bool (*weight)(void *user_data, size_t i, struct PolyclWeightInfo *out);
+  size_t (*n_nodes)(void *user_data);
+  bool (*node)(void *user_data, size_t i, struct PolyclNodeInfo *out);
+  size_t (*n_outputs)(void *user_data);
+  bool (*output)(void *user_data, size_t i, struct PolyclSource *out);
+} PolyclDecoderCallbacks;
+
+/**
+ * Called once per cache write (SET_ROWS) still undecided: the destination's
+ * name, ggml type and shape, and whether it is a graph input.
+ */
+typedef PolyclCacheChoice (*PolyclCacheCallback)(void *user_data,
+                                                 const char *cache_name,
+                                                 int32_t ggml_type,
+                                                 const struct PolyclShape *shape,
+                                                 bool is_parameter);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -57,6 +254,204 @@ const char *polycl_version(void);
  * The number of usable OpenCL devices (0 when there is no OpenCL runtime).
  */
 enum PolyclStatus polycl_device_count(int *out_count);
+
+/**
+ * Makes a decoder from callbacks (copied; they are called during conversion).
+ */
+enum PolyclStatus polycl_decoder_new(const struct PolyclDecoderCallbacks *callbacks,
+                                     struct PolyclDecoder **out_decoder);
+
+void polycl_decoder_free(struct PolyclDecoder *decoder);
+
+/**
+ * Makes a frontend with no extensions: it converts to the stateless form.
+ */
+enum PolyclStatus polycl_frontend_new(struct PolyclFrontend **out_frontend);
+
+void polycl_frontend_free(struct PolyclFrontend *frontend);
+
+/**
+ * Registers make_stateful: every SET_ROWS into a graph input whose name is not
+ * in `skip_caches` becomes a state variable (ReadValue -> Gather(beam_idx) ->
+ * Concat -> Assign). `append_axis` is a ggml dim (0..3) or -1 to infer the
+ * single dynamic dim; `beam_idx_name` NULL means "beam_idx".
+ */
+enum PolyclStatus polycl_frontend_add_make_stateful(struct PolyclFrontend *frontend,
+                                                    const char *const *skip_caches,
+                                                    size_t n_skip_caches,
+                                                    int32_t append_axis,
+                                                    const char *beam_idx_name);
+
+/**
+ * Registers a cache policy callback, asked once per cache write still
+ * undecided when it runs; `append_axis` and `beam_idx_name` are used for the
+ * writes it answers POLYCL_CACHE_CHOICE_STATEFUL, as in make_stateful.
+ */
+enum PolyclStatus polycl_frontend_add_cache_callback(struct PolyclFrontend *frontend,
+                                                     PolyclCacheCallback callback,
+                                                     void *user_data,
+                                                     int32_t append_axis,
+                                                     const char *beam_idx_name);
+
+/**
+ * Reads the decoder, translates it through the op table, runs the extensions
+ * in registration order, then lowers every remaining SET_ROWS statelessly.
+ * `frontend` may be NULL (no extensions).
+ */
+enum PolyclStatus polycl_frontend_convert(const struct PolyclFrontend *frontend,
+                                          const struct PolyclDecoder *decoder,
+                                          struct PolyclModel **out_model);
+
+void polycl_model_free(struct PolyclModel *model);
+
+/**
+ * How many nodes have op kind `kind` ("Parameter", "ReadValue", "Assign",
+ * "Gather", "Concat", "ScatterRows", "SetRows", "MulMat", ... as the dump
+ * prints them).
+ */
+enum PolyclStatus polycl_model_op_count(const struct PolyclModel *model,
+                                        const char *kind,
+                                        size_t *out_count);
+
+/**
+ * The number of sinks (Assign nodes that commit state variables).
+ */
+enum PolyclStatus polycl_model_sink_count(const struct PolyclModel *model, size_t *out_count);
+
+/**
+ * The number of inputs of the converted model (graph inputs it reads, plus
+ * beam_idx when make_stateful added it).
+ */
+enum PolyclStatus polycl_model_input_count(const struct PolyclModel *model, size_t *out_count);
+
+/**
+ * Input `index`: name (valid while the model lives), type, declared shape.
+ */
+enum PolyclStatus polycl_model_input(const struct PolyclModel *model,
+                                     size_t index,
+                                     struct PolyclTensorInfo *out_info);
+
+/**
+ * The number of outputs of the converted model.
+ */
+enum PolyclStatus polycl_model_output_count(const struct PolyclModel *model, size_t *out_count);
+
+/**
+ * Output `index`: name (valid while the model lives), type, declared shape.
+ */
+enum PolyclStatus polycl_model_output(const struct PolyclModel *model,
+                                      size_t index,
+                                      struct PolyclTensorInfo *out_info);
+
+/**
+ * The number of state variables of the converted model.
+ */
+enum PolyclStatus polycl_model_variable_count(const struct PolyclModel *model, size_t *out_count);
+
+/**
+ * State variable `index`: id (valid while the model lives), type and shape
+ * (the append axis is dynamic).
+ */
+enum PolyclStatus polycl_model_variable(const struct PolyclModel *model,
+                                        size_t index,
+                                        struct PolyclTensorInfo *out_info);
+
+/**
+ * Whether the model has an input named `name`.
+ */
+enum PolyclStatus polycl_model_has_input(const struct PolyclModel *model,
+                                         const char *name,
+                                         bool *out_found);
+
+/**
+ * Whether the model has an output named `name`.
+ */
+enum PolyclStatus polycl_model_has_output(const struct PolyclModel *model,
+                                          const char *name,
+                                          bool *out_found);
+
+/**
+ * The model as text, one node a line (valid while the model lives).
+ */
+enum PolyclStatus polycl_model_dump(const struct PolyclModel *model, const char **out_text);
+
+/**
+ * Compiles `model` for devices `devices[0..n_devices]` (indices of polycl
+ * devices: POLYCL0 is 0); NULL/0 means device 0 alone. Weights are uploaded
+ * to every device in the list.
+ */
+enum PolyclStatus polycl_model_compile(const struct PolyclModel *model,
+                                       const int32_t *devices,
+                                       size_t n_devices,
+                                       struct PolyclCompiledModel **out_compiled);
+
+void polycl_compiled_model_free(struct PolyclCompiledModel *compiled);
+
+/**
+ * Makes an infer request that runs on device `device_slot` of the compiled
+ * model's list. It keeps the compiled model alive.
+ */
+enum PolyclStatus polycl_infer_request_new(const struct PolyclCompiledModel *compiled,
+                                           size_t device_slot,
+                                           struct PolyclInferRequest **out_request);
+
+void polycl_infer_request_free(struct PolyclInferRequest *request);
+
+/**
+ * Sets input `name` for the next infer: `shape` gives the actual dims (rank 1
+ * to 4, every dim known), `data` holds `size` bytes of the input's type.
+ */
+enum PolyclStatus polycl_infer_request_set_input(struct PolyclInferRequest *request,
+                                                 const char *name,
+                                                 const struct PolyclShape *shape,
+                                                 const void *data,
+                                                 size_t size);
+
+/**
+ * Runs the model on the inputs set so far (synchronously); stateful models
+ * read and commit their variables.
+ */
+enum PolyclStatus polycl_infer_request_infer(struct PolyclInferRequest *request);
+
+/**
+ * Type, actual shape and byte size of output `name` of the last infer.
+ */
+enum PolyclStatus polycl_infer_request_output_info(const struct PolyclInferRequest *request,
+                                                   const char *name,
+                                                   int32_t *out_type,
+                                                   struct PolyclShape *out_shape,
+                                                   size_t *out_size);
+
+/**
+ * Copies output `name` of the last infer into `dst` (`size` must equal the
+ * byte size polycl_infer_request_output_info gives).
+ */
+enum PolyclStatus polycl_infer_request_get_output(const struct PolyclInferRequest *request,
+                                                  const char *name,
+                                                  void *dst,
+                                                  size_t size);
+
+/**
+ * Resets every state variable to its initial value (an empty cache).
+ */
+enum PolyclStatus polycl_infer_request_reset_state(struct PolyclInferRequest *request);
+
+/**
+ * Type, current shape and byte size of state variable `variable_id`.
+ */
+enum PolyclStatus polycl_infer_request_state_info(const struct PolyclInferRequest *request,
+                                                  const char *variable_id,
+                                                  int32_t *out_type,
+                                                  struct PolyclShape *out_shape,
+                                                  size_t *out_size);
+
+/**
+ * Copies the current value of state variable `variable_id` into `dst`.
+ */
+enum PolyclStatus polycl_infer_request_get_state(const struct PolyclInferRequest *request,
+                                                 const char *variable_id,
+                                                 void *dst,
+                                                 size_t size);
 
 #ifdef __cplusplus
 }  // extern "C"

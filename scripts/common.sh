@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts in scripts/: shared paths and helpers. Not run on its own.
 # Every path here can be overridden from the environment.
 
@@ -52,6 +53,21 @@ install_plugin() {
   cp -f "$built" "$POLYCL_LIB.tmp"
   mv -f "$POLYCL_LIB.tmp" "$POLYCL_LIB"
   log "installed $POLYCL_LIB"
+}
+
+# cargo build --release, then install_plugin. Sets POLYCL_GENERATED_HEADER to the polycl.h that
+# build.rs wrote into this build's OUT_DIR (ctest compares it with include/polycl.h).
+build_polycl() {
+  local msgs out
+  msgs=$(cd "$POLYCL_ROOT" && cargo build --release --message-format=json-render-diagnostics) \
+    || die "cargo build --release failed"
+  out=$(python3 -c '
+import json, sys
+dirs = [m["out_dir"] for m in map(json.loads, filter(str.strip, sys.stdin))
+        if m.get("reason") == "build-script-executed" and "#ggml-polycl@" in m.get("package_id", "")]
+print(dirs[-1] if dirs else "")' <<<"$msgs")
+  export POLYCL_GENERATED_HEADER=${out:+$out/polycl.h}
+  install_plugin
 }
 
 require_plugin() {

@@ -4,6 +4,7 @@
 # gguf-py comes from the pinned llama.cpp sdist, so it is installed here only once
 # scripts/host.sh has fetched the source (models.sh installs it otherwise).
 set -euo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 APT_PACKAGES=(

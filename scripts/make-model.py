@@ -4,18 +4,31 @@
     python3 scripts/make-model.py [--seed N] OUTPUT.gguf
 
 Shape: n_embd 256, n_head 4 (head_dim 64), n_head_kv 2, n_layer 2, n_ff 768, context 1024,
-rope base 10000, rms eps 1e-5; SPM ("llama") vocabulary of 512 tokens: <unk> <s> </s>, the 256
-byte tokens <0x00>..<0xFF>, then "▁"-prefixed English word pieces (every prefix of a word is
-also a piece, so SPM's pairwise merges reach whole words). Every matrix row has a length that is
+rope base 10000, rms eps 1e-5; SPM ("llama") vocabulary of 512 tokens with scores and types:
+<unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>, "▁", the letters, then "▁"-prefixed English
+words with all their prefixes (SPM merges pairs, so every prefix of a word must be a piece to
+reach the word); anything else falls back to byte tokens. Every matrix row has a length that is
 a multiple of 256 so the K-quants (Q4_K, Q6_K) apply.
 
-Weights are random but shaped so that greedy decoding is robust to small numeric differences
-between backends while still depending on attention and the FFN:
-  * token embeddings have unit-variance entries, so the residual stream is O(1) per element;
-  * the attention and FFN branches add O(1) updates (about the size of the embedding);
-  * the output matrix is a scaled, permuted copy of the embedding matrix plus a random part:
-    the final hidden state is a sum of a few embedding-like vectors, and the logits have one or
-    a few clear winners (top-1 margins of several units) instead of a Gaussian crowd at the top.
+Weights are random but structured so that greedy decoding is robust to small numeric differences
+between backends while still depending on attention, RoPE, the masks and the FFN:
+  * tokens are "symbols": 256 random orthonormal directions, each with two signs, scaled by a
+    per-token gain; embeddings have entries of about unit size, so hidden states are O(1);
+  * attention heads read a random set of 64 symbols (attn_v) and write what they attend to as
+    other symbols (attn_output); attn_q/attn_k are Gaussian and give peaked, content- and
+    position-dependent attention;
+  * the FFN is a key-value memory: a neuron fires when its key symbol is in the residual
+    (ffn_gate = ffn_up = key direction) and writes its value symbol (ffn_down);
+  * the output matrix maps symbols to word-piece tokens (byte and control tokens get none), plus
+    a random part: the logits have a few clear peaks (about 25) above a Gaussian crowd (std
+    about 3), instead of a crowd at the top.
+Every structured matrix also gets 10% Gaussian noise, so kernels see generic data.
+The default seed, 111, was the best of seeds 1..300 for the greedy test on llama.cpp's CPU
+backend: in all 8 cases of scripts/test-greedy.sh (F16, Q8_0, Q4_0, Q4_K_M, flash attention
+off/on; 40 prompt tokens, 32 generated) every step's top-1 logit beats the second by at least
+0.28 (peaks are about 25), the 32 tokens are varied (no loop), F16 and Q8_0 give the same
+tokens, and removing attention (--copy-gain 0) or the FFN (--ffn-gain 0) changes the first
+generated token. Changing this file changes the models folder (models.sh keys it by hash).
 """
 
 import argparse
@@ -56,7 +69,6 @@ kind off need house picture try us again animal point mother world near build se
 """.split()
 
 CHARS = "abcdefghijklmnopqrstuvwxyz"
-PUNCT = ".,!?'-:;"
 
 
 def build_vocab():
@@ -76,9 +88,8 @@ def build_vocab():
             pieces.append(p)
 
     add("\u2581")
-    for c in CHARS + PUNCT:
+    for c in CHARS:
         add(c)
-        add("\u2581" + c)
     budget = N_VOCAB - len(tokens)
     for w in WORDS:
         full = "\u2581" + w
@@ -106,15 +117,23 @@ def build_vocab():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("output", help="path of the GGUF file to write")
-    ap.add_argument("--seed", type=int, default=1234, help="RNG seed (default 1234)")
-    ap.add_argument("--norm-spread", type=float, default=0.3)
-    ap.add_argument("--copy-gain", type=float, default=1.0)
-    ap.add_argument("--qk-sharp", type=float, default=4.0)
-    ap.add_argument("--ffn-key", type=float, default=0.25)
-    ap.add_argument("--ffn-gain", type=float, default=0.1)
-    ap.add_argument("--logit-scale", type=float, default=3.0)
-    ap.add_argument("--out-noise", type=float, default=0.5)
-    ap.add_argument("--noise", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=111, help="RNG seed (default 111, see above)")
+    ap.add_argument("--norm-spread", type=float, default=0.3,
+                    help="log-normal spread of the per-token gains")
+    ap.add_argument("--copy-gain", type=float, default=1.5,
+                    help="scale of attn_output (0 removes attention)")
+    ap.add_argument("--qk-sharp", type=float, default=4.0,
+                    help="standard deviation of the attention scores")
+    ap.add_argument("--ffn-key", type=float, default=0.25,
+                    help="scale of ffn_gate and ffn_up")
+    ap.add_argument("--ffn-gain", type=float, default=0.15,
+                    help="scale of ffn_down (0 removes the FFN)")
+    ap.add_argument("--logit-scale", type=float, default=3.0,
+                    help="scale of the output matrix")
+    ap.add_argument("--out-noise", type=float, default=0.5,
+                    help="random part of the output matrix")
+    ap.add_argument("--noise", type=float, default=0.1,
+                    help="relative Gaussian noise added to the structured matrices")
     args = ap.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -204,8 +223,10 @@ def main():
     w.add_tensor("output_norm.weight", norm_weight())
     # Output rows: token directions (a fixed random map from symbols to tokens) plus a random
     # part, so each symbol present in the final residual lifts one logit above the crowd.
+    # Byte and control tokens get only the random part, so generated text is made of words.
     perm = rng.permutation(N_VOCAB)
-    out = args.logit_scale * (unit[perm] + args.out_noise * normal((N_VOCAB, n), n ** -0.5))
+    readable = (np.array(types) == int(gguf.TokenType.NORMAL))[:, None]
+    out = args.logit_scale * (unit[perm] * readable + args.out_noise * normal((N_VOCAB, n), n ** -0.5))
     w.add_tensor("output.weight", f16(out))
 
     w.write_header_to_file()

@@ -21,7 +21,10 @@ pub struct Config {
 }
 
 fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
-    let mut c = Config { plan_cache_size: 64, ..Default::default() };
+    let mut c = Config {
+        plan_cache_size: 64,
+        ..Default::default()
+    };
     if let Some(v) = get("POLYCL_DEVICES") {
         match parse_devices(&v) {
             Ok(d) => c.devices = Some(d),
@@ -32,19 +35,25 @@ fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         match v.trim() {
             "0" | "" => {}
             "1" => c.verbose = true,
-            _ => c.problems.push(format!("POLYCL_LOG={v:?}: expected 0 or 1; ignored")),
+            _ => c
+                .problems
+                .push(format!("POLYCL_LOG={v:?}: expected 0 or 1; ignored")),
         }
     }
     if let Some(v) = get("POLYCL_PLAN_CACHE") {
         match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => c.plan_cache_size = n,
-            _ => c.problems.push(format!("POLYCL_PLAN_CACHE={v:?}: expected a positive integer; using 64")),
+            _ => c.problems.push(format!(
+                "POLYCL_PLAN_CACHE={v:?}: expected a positive integer; using 64"
+            )),
         }
     }
     if let Some(v) = get("POLYCL_MEM_LIMIT_MB") {
         match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => c.mem_limit = Some(n << 20),
-            _ => c.problems.push(format!("POLYCL_MEM_LIMIT_MB={v:?}: expected a positive integer; no limit")),
+            _ => c.problems.push(format!(
+                "POLYCL_MEM_LIMIT_MB={v:?}: expected a positive integer; no limit"
+            )),
         }
     }
     c
@@ -55,7 +64,11 @@ fn parse_devices(v: &str) -> Result<Vec<usize>> {
     for part in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match part.parse::<usize>() {
             Ok(i) if !out.contains(&i) => out.push(i),
-            Ok(i) => return Err(Error::Config(format!("POLYCL_DEVICES={v:?}: device {i} listed twice"))),
+            Ok(i) => {
+                return Err(Error::Config(format!(
+                    "POLYCL_DEVICES={v:?}: device {i} listed twice"
+                )))
+            }
             Err(_) => {
                 return Err(Error::Config(format!(
                     "POLYCL_DEVICES={v:?}: expected a comma list of device indices like 0,1"
@@ -64,7 +77,9 @@ fn parse_devices(v: &str) -> Result<Vec<usize>> {
         }
     }
     if out.is_empty() {
-        return Err(Error::Config(format!("POLYCL_DEVICES={v:?}: names no device")));
+        return Err(Error::Config(format!(
+            "POLYCL_DEVICES={v:?}: names no device"
+        )));
     }
     Ok(out)
 }
@@ -80,7 +95,10 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Config {
-        let vars: Vec<(String, String)> = vars.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
         parse(&move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
     }
 
@@ -94,12 +112,19 @@ mod tests {
 
     #[test]
     fn garbage_values_name_their_variable() {
-        let c = with(&[("POLYCL_DEVICES", "zero"), ("POLYCL_LOG", "yes"), ("POLYCL_PLAN_CACHE", "-3")]);
+        let c = with(&[
+            ("POLYCL_DEVICES", "zero"),
+            ("POLYCL_LOG", "yes"),
+            ("POLYCL_PLAN_CACHE", "-3"),
+        ]);
         assert_eq!(c.problems.len(), 3);
         assert!(c.problems[0].contains("POLYCL_DEVICES"));
         assert!(c.problems[1].contains("POLYCL_LOG"));
         assert!(c.problems[2].contains("POLYCL_PLAN_CACHE"));
-        assert_eq!(with(&[("POLYCL_DEVICES", "1, 0")]).devices, Some(vec![1, 0]));
+        assert_eq!(
+            with(&[("POLYCL_DEVICES", "1, 0")]).devices,
+            Some(vec![1, 0])
+        );
         assert!(!with(&[("POLYCL_DEVICES", "1,1")]).problems.is_empty());
     }
 }

@@ -11,7 +11,11 @@ pub enum Error {
     /// A kernel program failed to build; carries the compiler's log.
     Build { program: String, log: String },
     /// The device refused an allocation.
-    OutOfMemory { device: usize, bytes: usize, detail: String },
+    OutOfMemory {
+        device: usize,
+        bytes: usize,
+        detail: String,
+    },
     /// An op or type polycl does not handle.
     Unsupported(String),
     /// A graph that breaks the decoder contract (cycle, dangling input, shape).
@@ -34,8 +38,15 @@ impl fmt::Display for Error {
             Error::Build { program, log } => {
                 write!(f, "OpenCL program '{program}' failed to build:\n{log}")
             }
-            Error::OutOfMemory { device, bytes, detail } => {
-                write!(f, "device POLYCL{device} refused to allocate {bytes} bytes: {detail}")
+            Error::OutOfMemory {
+                device,
+                bytes,
+                detail,
+            } => {
+                write!(
+                    f,
+                    "device POLYCL{device} refused to allocate {bytes} bytes: {detail}"
+                )
             }
             Error::Unsupported(s) => write!(f, "unsupported: {s}"),
             Error::InvalidGraph(s) => write!(f, "invalid graph: {s}"),

@@ -42,8 +42,14 @@ fn transfers_round_trip() {
         c.read(1000, &mut cc).unwrap();
         assert_eq!(cc, back[..3000]);
         // Out of bounds is an error, not a crash.
-        assert!(matches!(b.write(4000, &data[..200]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(b.read(4097, &mut back[..1]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            b.write(4000, &data[..200]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            b.read(4097, &mut back[..1]),
+            Err(Error::InvalidArgument(_))
+        ));
         DeviceBuffer::release(b.base);
         DeviceBuffer::release(c.base);
     }
@@ -67,7 +73,10 @@ fn a_kernel_that_fails_to_build_carries_the_build_log() {
         match program::build_source(&d, "broken", src) {
             Err(Error::Build { program, log }) => {
                 assert_eq!(program, "broken");
-                assert!(log.contains("undefined_symbol_here"), "log lacks the symbol: {log}");
+                assert!(
+                    log.contains("undefined_symbol_here"),
+                    "log lacks the symbol: {log}"
+                );
             }
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a broken kernel built"),

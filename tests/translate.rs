@@ -10,7 +10,13 @@ use ggml_polycl::ggml::types::GgmlType;
 use ggml_polycl::ir::dump::dump;
 use ggml_polycl::passes::run_pipeline;
 
-fn tensor(ty: GgmlType, ne: [i64; 4], op: i32, srcs: &[*mut ggml_tensor], name: &str) -> *mut ggml_tensor {
+fn tensor(
+    ty: GgmlType,
+    ne: [i64; 4],
+    op: i32,
+    srcs: &[*mut ggml_tensor],
+    name: &str,
+) -> *mut ggml_tensor {
     // SAFETY: ggml_tensor is plain old data; all-zero is a valid empty tensor.
     let mut t: ggml_tensor = unsafe { std::mem::zeroed() };
     t.type_ = ty.id() as i32;
@@ -20,7 +26,11 @@ fn tensor(ty: GgmlType, ne: [i64; 4], op: i32, srcs: &[*mut ggml_tensor], name: 
     t.nb[2] = t.nb[1] * ne[1] as usize;
     t.nb[3] = t.nb[2] * ne[2] as usize;
     t.op = op;
-    t.flags = if op == OP_NONE { 0 } else { TENSOR_FLAG_COMPUTE };
+    t.flags = if op == OP_NONE {
+        0
+    } else {
+        TENSOR_FLAG_COMPUTE
+    };
     for (i, s) in srcs.iter().enumerate() {
         t.src[i] = *s;
     }
@@ -69,7 +79,13 @@ fn llama_prologue() -> Vec<*mut ggml_tensor> {
     set_f32(qr, 6, 1.0);
     set_f32(qr, 8, 1.0);
     let k2 = tensor(F32, [64, 1, 1, 1], OP_VIEW, &[qr], "Kcur (view)");
-    let sr = tensor(F16, [64, 16, 1, 1], OP_SET_ROWS, &[k2, idx, cache], "cache_k_l0 (view)");
+    let sr = tensor(
+        F16,
+        [64, 16, 1, 1],
+        OP_SET_ROWS,
+        &[k2, idx, cache],
+        "cache_k_l0 (view)",
+    );
     vec![n, m, q, q3, qr, k2, sr]
 }
 

@@ -32,7 +32,9 @@ fn iface() -> ggml_backend_buffer_i {
 
 /// Hands `buf` to ggml-base as a new `ggml_backend_buffer`.
 pub fn wrap(buft: ggml_backend_buffer_type_t, buf: Arc<DeviceBuffer>) -> ggml_backend_buffer_t {
-    let Ok(base) = ggml_base() else { return std::ptr::null_mut() };
+    let Ok(base) = ggml_base() else {
+        return std::ptr::null_mut();
+    };
     let size = buf.size;
     let base_addr = buf.base;
     let ctx = Box::into_raw(Box::new(BufferCtx { buf }));
@@ -57,14 +59,18 @@ unsafe fn ctx<'a>(b: ggml_backend_buffer_t) -> &'a BufferCtx {
 ///
 /// # Safety
 /// `t` must be a valid tensor.
-pub unsafe fn locate(t: *const ggml_tensor, offset: usize, size: usize) -> Result<(Arc<DeviceBuffer>, usize)> {
+pub unsafe fn locate(
+    t: *const ggml_tensor,
+    offset: usize,
+    size: usize,
+) -> Result<(Arc<DeviceBuffer>, usize)> {
     if t.is_null() {
         return Err(Error::InvalidArgument("tensor is NULL".into()));
     }
     // SAFETY: caller guarantees t is valid.
     let data = unsafe { (*t).data } as u64;
-    let (buf, off) =
-        DeviceBuffer::resolve(data).ok_or_else(|| Error::InvalidArgument("tensor is not in a polycl buffer".into()))?;
+    let (buf, off) = DeviceBuffer::resolve(data)
+        .ok_or_else(|| Error::InvalidArgument("tensor is not in a polycl buffer".into()))?;
     let start = off as usize + offset;
     if start.checked_add(size).is_none_or(|e| e > buf.size) {
         return Err(Error::InvalidArgument(format!(
@@ -94,14 +100,29 @@ unsafe extern "C" fn get_base(b: ggml_backend_buffer_t) -> *mut c_void {
     unsafe { ctx(b) }.buf.base as *mut c_void
 }
 
-unsafe extern "C" fn memset_tensor(_: ggml_backend_buffer_t, t: *mut ggml_tensor, value: u8, offset: usize, size: usize) {
+unsafe extern "C" fn memset_tensor(
+    _: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
     guard("memset_tensor", (), || {
         // SAFETY: ggml passes a tensor in this buffer.
-        report("memset_tensor", unsafe { locate(t, offset, size) }.and_then(|(b, o)| b.fill(o, size, value)))
+        report(
+            "memset_tensor",
+            unsafe { locate(t, offset, size) }.and_then(|(b, o)| b.fill(o, size, value)),
+        )
     })
 }
 
-unsafe extern "C" fn set_tensor(_: ggml_backend_buffer_t, t: *mut ggml_tensor, data: *const c_void, offset: usize, size: usize) {
+unsafe extern "C" fn set_tensor(
+    _: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("set_tensor", (), || {
         if data.is_null() && size > 0 {
             return log::error("set_tensor: data is NULL");
@@ -110,14 +131,24 @@ unsafe extern "C" fn set_tensor(_: ggml_backend_buffer_t, t: *mut ggml_tensor, d
             "set_tensor",
             // SAFETY: ggml passes a tensor in this buffer and `size` readable bytes.
             unsafe { locate(t, offset, size) }.and_then(|(b, o)| {
-                let src = if size == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data as *const u8, size) } };
+                let src = if size == 0 {
+                    &[][..]
+                } else {
+                    unsafe { std::slice::from_raw_parts(data as *const u8, size) }
+                };
                 b.write(o, src)
             }),
         )
     })
 }
 
-unsafe extern "C" fn get_tensor(_: ggml_backend_buffer_t, t: *const ggml_tensor, data: *mut c_void, offset: usize, size: usize) {
+unsafe extern "C" fn get_tensor(
+    _: ggml_backend_buffer_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
     guard("get_tensor", (), || {
         if data.is_null() && size > 0 {
             return log::error("get_tensor: data is NULL");
@@ -126,20 +157,31 @@ unsafe extern "C" fn get_tensor(_: ggml_backend_buffer_t, t: *const ggml_tensor,
             "get_tensor",
             // SAFETY: ggml passes a tensor in this buffer and `size` writable bytes.
             unsafe { locate(t, offset, size) }.and_then(|(b, o)| {
-                let dst = if size == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) } };
+                let dst = if size == 0 {
+                    &mut [][..]
+                } else {
+                    unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) }
+                };
                 b.read(o, dst)
             }),
         )
     })
 }
 
-unsafe extern "C" fn cpy_tensor(_: ggml_backend_buffer_t, src: *const ggml_tensor, dst: *mut ggml_tensor) -> bool {
+unsafe extern "C" fn cpy_tensor(
+    _: ggml_backend_buffer_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
     guard("cpy_tensor", false, || {
         // SAFETY: ggml passes valid tensors; src may live anywhere, and `locate`
         // only accepts data inside polycl's registered buffers.
         unsafe {
             let size = nbytes(src);
-            let (Ok((sb, so)), Ok((db, doff))) = (locate(src, 0, size), locate(dst, 0, size)) else { return false };
+            let (Ok((sb, so)), Ok((db, doff))) = (locate(src, 0, size), locate(dst, 0, size))
+            else {
+                return false;
+            };
             if !Arc::ptr_eq(&sb.device, &db.device) {
                 return false;
             }
@@ -169,7 +211,9 @@ unsafe extern "C" fn clear(b: ggml_backend_buffer_t, value: u8) {
 pub unsafe fn nbytes(t: *const ggml_tensor) -> usize {
     // SAFETY: caller guarantees validity.
     let t = unsafe { &*t };
-    let Some(ty) = crate::ggml::types::GgmlType::from_id(t.type_) else { return 0 };
+    let Some(ty) = crate::ggml::types::GgmlType::from_id(t.type_) else {
+        return 0;
+    };
     if t.ne.iter().any(|&n| n <= 0) {
         return 0;
     }

@@ -15,7 +15,10 @@ pub struct BuftCtx {
 
 /// Creates the (leaked, stable) buffer type of `dev`.
 pub fn new(device: ggml_backend_dev_t, dev: Arc<Device>) -> ggml_backend_buffer_type_t {
-    let ctx = Box::into_raw(Box::new(BuftCtx { name: CString::new(dev.name.clone()).unwrap_or_default(), dev }));
+    let ctx = Box::into_raw(Box::new(BuftCtx {
+        name: CString::new(dev.name.clone()).unwrap_or_default(),
+        dev,
+    }));
     Box::into_raw(Box::new(ggml_backend_buffer_type {
         iface: ggml_backend_buffer_type_i {
             get_name: Some(get_name),
@@ -52,7 +55,10 @@ unsafe extern "C" fn get_name(buft: ggml_backend_buffer_type_t) -> *const c_char
     unsafe { ctx(buft) }.name.as_ptr()
 }
 
-unsafe extern "C" fn alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
+unsafe extern "C" fn alloc_buffer(
+    buft: ggml_backend_buffer_type_t,
+    size: usize,
+) -> ggml_backend_buffer_t {
     guard("alloc_buffer", std::ptr::null_mut(), || {
         // SAFETY: ggml passes our buffer type.
         let c = unsafe { ctx(buft) };

@@ -125,7 +125,10 @@ unsafe extern "C" fn supports_op(_dev: ggml_backend_dev_t, op: *const ggml_tenso
     })
 }
 
-unsafe extern "C" fn supports_buft(dev: ggml_backend_dev_t, buft: ggml_backend_buffer_type_t) -> bool {
+unsafe extern "C" fn supports_buft(
+    dev: ggml_backend_dev_t,
+    buft: ggml_backend_buffer_type_t,
+) -> bool {
     guard("device supports_buft", false, || {
         // SAFETY: ggml passes our device.
         !buft.is_null() && buffer_type::is_ours(buft) && unsafe { ctx(dev) }.buft == buft

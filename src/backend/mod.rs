@@ -30,12 +30,14 @@ pub extern "C" fn ggml_backend_init() -> ggml_backend_reg_t {
 /// 0 when no usable OpenCL device exists (ggml then skips the plugin), else 1.
 #[no_mangle]
 pub extern "C" fn ggml_backend_score() -> std::ffi::c_int {
-    guard("ggml_backend_score", 0, || match crate::runtime::devices() {
-        Ok(d) if !d.is_empty() => 1,
-        Ok(_) => 0,
-        Err(e) => {
-            log::info(&format!("not offering any device: {e}"));
-            0
+    guard("ggml_backend_score", 0, || {
+        match crate::runtime::devices() {
+            Ok(d) if !d.is_empty() => 1,
+            Ok(_) => 0,
+            Err(e) => {
+                log::info(&format!("not offering any device: {e}"));
+                0
+            }
         }
     })
 }

@@ -76,11 +76,18 @@ unsafe extern "C" fn reg_get_device_count(_: ggml_backend_reg_t) -> usize {
 
 unsafe extern "C" fn reg_get_device(_: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
     guard("reg_get_device", std::ptr::null_mut(), || {
-        plugin().devices.get(index).copied().unwrap_or(std::ptr::null_mut())
+        plugin()
+            .devices
+            .get(index)
+            .copied()
+            .unwrap_or(std::ptr::null_mut())
     })
 }
 
-unsafe extern "C" fn reg_get_proc_address(_: ggml_backend_reg_t, name: *const c_char) -> *mut c_void {
+unsafe extern "C" fn reg_get_proc_address(
+    _: ggml_backend_reg_t,
+    name: *const c_char,
+) -> *mut c_void {
     guard("reg_get_proc_address", std::ptr::null_mut(), || {
         if name.is_null() {
             return std::ptr::null_mut();

@@ -27,7 +27,10 @@ pub struct BackendCtx {
 
 static GUID: [u8; 16] = *b"polycl-opencl-01";
 
-pub unsafe extern "C" fn init_backend(dev: ggml_backend_dev_t, _params: *const c_char) -> ggml_backend_t {
+pub unsafe extern "C" fn init_backend(
+    dev: ggml_backend_dev_t,
+    _params: *const c_char,
+) -> ggml_backend_t {
     guard("init_backend", std::ptr::null_mut(), || {
         // SAFETY: ggml passes one of our devices.
         let dc = unsafe { device::ctx(dev) };

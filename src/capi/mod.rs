@@ -5,6 +5,8 @@
 //! calling thread's last error message.
 
 pub mod boundary;
+pub mod decoder;
+pub mod model;
 
 use crate::error::Error;
 use std::cell::RefCell;
@@ -47,8 +49,12 @@ pub(crate) fn status_of(e: &Error) -> PolyclStatus {
 
 /// Runs an API body: errors and panics become a status and the thread's last error.
 pub(crate) fn api(what: &str, f: impl FnOnce() -> crate::error::Result<()>) -> PolyclStatus {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|p| Err(Error::Panic(format!("{what}: {}", boundary::panic_message(p.as_ref())))));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::Panic(format!(
+            "{what}: {}",
+            boundary::panic_message(p.as_ref())
+        )))
+    });
     match r {
         Ok(()) => {
             set_last_error("");

@@ -33,10 +33,20 @@ pub unsafe fn describe(t: *const ggml_tensor, memory: Memory) -> Result<TensorDe
     // SAFETY: caller guarantees t is valid.
     let t = unsafe { &*t };
     // SAFETY: ggml keeps name NUL-terminated within its 64 bytes.
-    let name = unsafe { CStr::from_ptr(t.name.as_ptr()) }.to_string_lossy().into_owned();
-    let dtype = GgmlType::from_id(t.type_)
-        .ok_or_else(|| Error::Unsupported(format!("tensor '{name}' has ggml type {} unknown to polycl", t.type_)))?;
-    let ty = TensorType { dtype, ne: t.ne, nb: t.nb.map(|x| x as u64) };
+    let name = unsafe { CStr::from_ptr(t.name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let dtype = GgmlType::from_id(t.type_).ok_or_else(|| {
+        Error::Unsupported(format!(
+            "tensor '{name}' has ggml type {} unknown to polycl",
+            t.type_
+        ))
+    })?;
+    let ty = TensorType {
+        dtype,
+        ne: t.ne,
+        nb: t.nb.map(|x| x as u64),
+    };
     let mem = match memory {
         Memory::Metadata => None,
         Memory::Placed => {
@@ -46,7 +56,10 @@ pub unsafe fn describe(t: *const ggml_tensor, memory: Memory) -> Result<TensorDe
             let (buf, off) = DeviceBuffer::resolve(t.data as u64).ok_or_else(|| {
                 Error::InvalidGraph(format!("tensor '{name}' is not in a polycl buffer"))
             })?;
-            Some(MemRef { buffer: buf.base, offset: off })
+            Some(MemRef {
+                buffer: buf.base,
+                offset: off,
+            })
         }
     };
     Ok(TensorDesc { name, ty, mem })
@@ -62,7 +75,11 @@ impl GgmlGraph {
     pub unsafe fn new(g: *const ggml_cgraph, memory: Memory) -> Result<GgmlGraph> {
         // SAFETY: caller guarantees g is valid.
         let g = unsafe { &*g };
-        let mut out = GgmlGraph { leaves: Vec::new(), nodes: Vec::new(), results: Vec::new() };
+        let mut out = GgmlGraph {
+            leaves: Vec::new(),
+            nodes: Vec::new(),
+            results: Vec::new(),
+        };
         let mut seen: HashMap<*const ggml_tensor, Source> = HashMap::new();
         for i in 0..g.n_nodes.max(0) as usize {
             // SAFETY: nodes has n_nodes valid entries.
@@ -97,7 +114,12 @@ impl GgmlGraph {
             }
             // SAFETY: tp is valid.
             let d = unsafe { describe(tp, memory) }?;
-            out.nodes.push(NodeDesc { op: t.op, params: OpParams(t.op_params), srcs, out: d });
+            out.nodes.push(NodeDesc {
+                op: t.op,
+                params: OpParams(t.op_params),
+                srcs,
+                out: d,
+            });
             let s = Source::Node(out.nodes.len() - 1);
             // A node listed twice (perf mode) is recomputed; later users read the latest.
             seen.insert(tp, s);
@@ -131,7 +153,12 @@ impl GgmlGraph {
         let out = unsafe { describe(t, Memory::Metadata) }?;
         Ok(SingleNode {
             leaves,
-            nodes: vec![NodeDesc { op: tr.op, params: OpParams(tr.op_params), srcs, out }],
+            nodes: vec![NodeDesc {
+                op: tr.op,
+                params: OpParams(tr.op_params),
+                srcs,
+                out,
+            }],
             results: vec![Source::Node(0)],
         })
     }
@@ -196,7 +223,9 @@ impl Default for Fnv {
 }
 impl Fnv {
     fn word(&mut self, w: u64) {
-        self.0 = (self.0 ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+        self.0 = (self.0 ^ w)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(29);
     }
 }
 

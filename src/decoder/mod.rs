@@ -2,6 +2,7 @@
 //! outputs, leaves), never how state is owned. Two implementations: the live
 //! ggml cgraph and (through `polycl.h`) C callbacks.
 
+pub mod foreign;
 pub mod ggml_graph;
 
 use crate::ggml::op_params::OpParams;
@@ -21,6 +22,11 @@ pub enum Source {
     Leaf(usize),
     Node(usize),
 }
+
+/// Pseudo op of decoders whose nodes have several outputs: a node with this op
+/// stands for output port `params.i32(0)` of the node that is its only src.
+/// ggml op numbers are never negative, so a live cgraph cannot contain it.
+pub const OP_OUTPUT_PORT: i32 = -1;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeDesc {
@@ -47,6 +53,11 @@ pub trait Decoder {
     /// The description of src slot `k` of `node`, if present.
     fn src(&self, node: &NodeDesc, k: usize) -> Option<&TensorDesc> {
         node.srcs.get(k).copied().flatten().map(|s| self.desc(s))
+    }
+    /// Output ports 1.. of a multi-output node (`NodeDesc::out` is port 0); later
+    /// nodes reach them through `OP_OUTPUT_PORT` nodes. ggml nodes have none.
+    fn extra_outputs(&self, _node: &NodeDesc) -> &[TensorDesc] {
+        &[]
     }
 }
 

@@ -20,7 +20,10 @@ pub struct Ctx<'a> {
 }
 
 fn output_of(d: &TensorDesc) -> Output {
-    Output { ty: d.ty.clone(), place: d.mem.map(Place::Bound).unwrap_or(Place::Internal) }
+    Output {
+        ty: d.ty.clone(),
+        place: d.mem.map(Place::Bound).unwrap_or(Place::Internal),
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -40,13 +43,17 @@ impl<'a> Ctx<'a> {
                     return Ok(v);
                 }
                 let d = &self.dec.leaves()[i];
-                let id = self.graph.add(Op::Parameter, vec![], vec![output_of(d)], d.name.clone());
+                let id = self
+                    .graph
+                    .add(Op::Parameter, vec![], vec![output_of(d)], d.name.clone());
                 let v = Value::new(id, 0);
                 self.leaf_values[i] = Some(v);
                 Ok(v)
             }
             Source::Node(i) => self.node_values.get(i).copied().flatten().ok_or_else(|| {
-                Error::InvalidGraph(format!("node {i} is used before it is computed (cycle or dangling input)"))
+                Error::InvalidGraph(format!(
+                    "node {i} is used before it is computed (cycle or dangling input)"
+                ))
             }),
         }
     }
@@ -54,14 +61,23 @@ impl<'a> Ctx<'a> {
     /// The IR value of src slot `k` of `node`.
     pub fn input(&mut self, node: &NodeDesc, k: usize) -> Result<Value> {
         let s = node.srcs.get(k).copied().flatten().ok_or_else(|| {
-            Error::InvalidGraph(format!("{} '{}' lacks input {k}", op_name(node.op), node.out.name))
+            Error::InvalidGraph(format!(
+                "{} '{}' lacks input {k}",
+                op_name(node.op),
+                node.out.name
+            ))
         })?;
         self.value_of(s)
     }
 
     /// Adds a node producing `node`'s output.
     pub fn emit(&mut self, op: Op, inputs: Vec<Value>, node: &NodeDesc) -> Value {
-        let id = self.graph.add(op, inputs, vec![output_of(&node.out)], node.out.name.clone());
+        let id = self.graph.add(
+            op,
+            inputs,
+            vec![output_of(&node.out)],
+            node.out.name.clone(),
+        );
         Value::new(id, 0)
     }
 }
@@ -87,8 +103,9 @@ pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
 pub fn translate(dec: &dyn Decoder) -> Result<Graph> {
     let mut ctx = Ctx::new(dec);
     for (i, node) in dec.nodes().iter().enumerate() {
-        let entry = op_table::entry(node.op)
-            .ok_or_else(|| Error::Unsupported(format!("ggml op {} ({})", op_name(node.op), node.op)))?;
+        let entry = op_table::entry(node.op).ok_or_else(|| {
+            Error::Unsupported(format!("ggml op {} ({})", op_name(node.op), node.op))
+        })?;
         if !(entry.supports)(dec, node) {
             return Err(Error::Unsupported(format!(
                 "{} '{}' with these types/shapes",

@@ -14,8 +14,16 @@ pub struct Entry {
     pub translate: fn(&mut Ctx, &NodeDesc) -> Result<Value>,
 }
 
-const fn row(op: i32, supports: fn(&dyn Decoder, &NodeDesc) -> bool, translate: fn(&mut Ctx, &NodeDesc) -> Result<Value>) -> Entry {
-    Entry { op, supports, translate }
+const fn row(
+    op: i32,
+    supports: fn(&dyn Decoder, &NodeDesc) -> bool,
+    translate: fn(&mut Ctx, &NodeDesc) -> Result<Value>,
+) -> Entry {
+    Entry {
+        op,
+        supports,
+        translate,
+    }
 }
 
 pub static OP_TABLE: &[Entry] = &[
@@ -41,9 +49,23 @@ pub static OP_TABLE: &[Entry] = &[
     row(OP_SOFT_MAX, softmax::supports, softmax::translate),
     row(OP_GET_ROWS, get_rows::supports, get_rows::translate),
     row(OP_SET_ROWS, set_rows::supports, set_rows::translate),
-    row(OP_FLASH_ATTN_EXT, flash_attn::supports, flash_attn::translate),
+    row(
+        OP_FLASH_ATTN_EXT,
+        flash_attn::supports,
+        flash_attn::translate,
+    ),
     row(OP_SUM_ROWS, reduce::supports, reduce::translate),
     row(OP_CONCAT, concat::supports, concat::translate),
+    row(
+        OP_TOP_K,
+        multi_output::supports_top_k,
+        multi_output::translate_top_k,
+    ),
+    row(
+        crate::decoder::OP_OUTPUT_PORT,
+        multi_output::supports_port,
+        multi_output::translate_port,
+    ),
 ];
 
 pub fn entry(op: i32) -> Option<&'static Entry> {

@@ -125,7 +125,12 @@ pub struct ggml_backend_device_i {
     pub get_host_buffer_type:
         Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t>,
     pub buffer_from_host_ptr: Option<
-        unsafe extern "C" fn(ggml_backend_dev_t, *mut c_void, usize, usize) -> ggml_backend_buffer_t,
+        unsafe extern "C" fn(
+            ggml_backend_dev_t,
+            *mut c_void,
+            usize,
+            usize,
+        ) -> ggml_backend_buffer_t,
     >,
     pub supports_op: Option<unsafe extern "C" fn(ggml_backend_dev_t, *const ggml_tensor) -> bool>,
     pub supports_buft:
@@ -145,7 +150,8 @@ pub struct ggml_backend_device {
 
 #[repr(C)]
 pub struct ggml_backend_graph_optimize_params {
-    pub add_alloc_dep: Option<unsafe extern "C" fn(*mut c_void, *mut ggml_tensor, *mut ggml_tensor)>,
+    pub add_alloc_dep:
+        Option<unsafe extern "C" fn(*mut c_void, *mut ggml_tensor, *mut ggml_tensor)>,
     pub user_data: *mut c_void,
 }
 
@@ -182,18 +188,29 @@ pub struct ggml_backend_i {
         ),
     >,
     pub cpy_tensor_async: Option<
-        unsafe extern "C" fn(ggml_backend_t, ggml_backend_t, *const ggml_tensor, *mut ggml_tensor) -> bool,
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            ggml_backend_t,
+            *const ggml_tensor,
+            *mut ggml_tensor,
+        ) -> bool,
     >,
     pub synchronize: Option<unsafe extern "C" fn(ggml_backend_t)>,
-    pub graph_plan_create: Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_cgraph) -> *mut c_void>,
+    pub graph_plan_create:
+        Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_cgraph) -> *mut c_void>,
     pub graph_plan_free: Option<unsafe extern "C" fn(ggml_backend_t, *mut c_void)>,
-    pub graph_plan_update: Option<unsafe extern "C" fn(ggml_backend_t, *mut c_void, *const ggml_cgraph)>,
+    pub graph_plan_update:
+        Option<unsafe extern "C" fn(ggml_backend_t, *mut c_void, *const ggml_cgraph)>,
     pub graph_plan_compute: Option<unsafe extern "C" fn(ggml_backend_t, *mut c_void) -> c_int>,
     pub graph_compute: Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_cgraph) -> c_int>,
     pub event_record: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_event_t)>,
     pub event_wait: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_event_t)>,
     pub graph_optimize: Option<
-        unsafe extern "C" fn(ggml_backend_t, *mut ggml_cgraph, *mut ggml_backend_graph_optimize_params),
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            *mut ggml_cgraph,
+            *mut ggml_backend_graph_optimize_params,
+        ),
     >,
 }
 

@@ -44,7 +44,10 @@ pub struct ScaleParams {
     pub bias: f32,
 }
 pub fn scale(p: &OpParams) -> ScaleParams {
-    ScaleParams { scale: p.f32(0), bias: p.f32(1) }
+    ScaleParams {
+        scale: p.f32(0),
+        bias: p.f32(1),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,7 +56,10 @@ pub struct SoftMaxParams {
     pub max_bias: f32,
 }
 pub fn soft_max(p: &OpParams) -> SoftMaxParams {
-    SoftMaxParams { scale: p.f32(0), max_bias: p.f32(1) }
+    SoftMaxParams {
+        scale: p.f32(0),
+        max_bias: p.f32(1),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -112,7 +118,12 @@ pub struct GluParams {
     pub limit: f32,
 }
 pub fn glu(p: &OpParams) -> GluParams {
-    GluParams { op: p.i32(0), swapped: p.i32(1) != 0, alpha: p.f32(2), limit: p.f32(3) }
+    GluParams {
+        op: p.i32(0),
+        swapped: p.i32(1) != 0,
+        alpha: p.f32(2),
+        limit: p.f32(3),
+    }
 }
 
 pub fn unary_op(p: &OpParams) -> i32 {
@@ -138,7 +149,10 @@ pub struct MulMatParams {
     pub hint: i32,
 }
 pub fn mul_mat(p: &OpParams) -> MulMatParams {
-    MulMatParams { prec: p.i32(0), hint: p.i32(1) }
+    MulMatParams {
+        prec: p.i32(0),
+        hint: p.i32(1),
+    }
 }
 
 #[cfg(test)]
@@ -169,22 +183,58 @@ mod tests {
         ]);
         let r = rope(&p);
         assert_eq!((r.n_dims, r.mode, r.n_ctx_orig), (128, 2, 4096));
-        assert_eq!((r.freq_base, r.freq_scale, r.ext_factor), (10000.0, 0.5, 1.0));
-        assert_eq!((r.attn_factor, r.beta_fast, r.beta_slow, r.n_offs), (1.25, 32.0, 1.0, 7));
+        assert_eq!(
+            (r.freq_base, r.freq_scale, r.ext_factor),
+            (10000.0, 0.5, 1.0)
+        );
+        assert_eq!(
+            (r.attn_factor, r.beta_fast, r.beta_slow, r.n_offs),
+            (1.25, 32.0, 1.0, 7)
+        );
     }
 
     #[test]
     fn scalar_layouts() {
-        let p = params(&[(0, 0.125f32.to_bits()), (1, 8f32.to_bits()), (2, 30f32.to_bits()), (3, 10), (4, 5)]);
-        assert_eq!(soft_max(&p), SoftMaxParams { scale: 0.125, max_bias: 8.0 });
+        let p = params(&[
+            (0, 0.125f32.to_bits()),
+            (1, 8f32.to_bits()),
+            (2, 30f32.to_bits()),
+            (3, 10),
+            (4, 5),
+        ]);
+        assert_eq!(
+            soft_max(&p),
+            SoftMaxParams {
+                scale: 0.125,
+                max_bias: 8.0
+            }
+        );
         let fa = flash_attn_ext(&p);
-        assert_eq!((fa.scale, fa.max_bias, fa.logit_softcap, fa.prec, fa.n_kv_max), (0.125, 8.0, 30.0, 10, 5));
+        assert_eq!(
+            (
+                fa.scale,
+                fa.max_bias,
+                fa.logit_softcap,
+                fa.prec,
+                fa.n_kv_max
+            ),
+            (0.125, 8.0, 30.0, 10, 5)
+        );
         assert_eq!(norm(&p).eps, 0.125);
-        assert_eq!(scale(&p), ScaleParams { scale: 0.125, bias: 8.0 });
+        assert_eq!(
+            scale(&p),
+            ScaleParams {
+                scale: 0.125,
+                bias: 8.0
+            }
+        );
         let g = glu(&params(&[(0, 2), (1, 1)]));
         assert_eq!((g.op, g.swapped), (2, true));
         assert_eq!(view_offset(&params(&[(0, 0x10), (1, 0x2)])), 0x2_0000_0010);
-        assert_eq!(permute_axes(&params(&[(0, 0), (1, 2), (2, 1), (3, 3)])), [0, 2, 1, 3]);
+        assert_eq!(
+            permute_axes(&params(&[(0, 0), (1, 2), (2, 1), (3, 3)])),
+            [0, 2, 1, 3]
+        );
     }
 
     #[test]

@@ -54,22 +54,31 @@ fn resolve() -> Result<GgmlBase, String> {
     // SAFETY: lookup only calls dlsym/dlopen with NUL-terminated names.
     let init = unsafe { lookup(c"ggml_backend_buffer_init") };
     if init.is_null() {
-        return Err("the host process does not export ggml_backend_buffer_init: \
+        return Err(
+            "the host process does not export ggml_backend_buffer_init: \
                     polycl must be loaded by a ggml host (libggml-base.so, ggml 0.25.x)"
-            .into());
+                .into(),
+        );
     }
     // SAFETY: lookup as above.
     let log_get = unsafe { lookup(c"ggml_log_get") };
     // SAFETY: lookup as above.
     let version_fn = unsafe { lookup(c"ggml_version") };
     if version_fn.is_null() {
-        return Err("the host's ggml has no ggml_version(): it predates the pinned ggml 0.25.x".into());
+        return Err(
+            "the host's ggml has no ggml_version(): it predates the pinned ggml 0.25.x".into(),
+        );
     }
     // SAFETY: ggml_version is `const char *ggml_version(void)` returning a static string.
     let version = unsafe {
-        let f = std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> *const c_char>(version_fn);
+        let f =
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> *const c_char>(version_fn);
         let p = f();
-        if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
     };
     if !version.starts_with(PINNED_GGML_VERSION_PREFIX) {
         return Err(format!(

@@ -43,6 +43,19 @@ impl TensorType {
     pub fn is_dynamic(&self) -> bool {
         self.ne.iter().any(|&d| d < 0)
     }
+    /// A tensor whose rank is not known (the C decoder's rank -1): every dim is
+    /// dynamic and `nb` holds the marker `DYNAMIC_RANK_NB` (strides mean nothing
+    /// before the dims are known).
+    pub fn dynamic_rank(dtype: GgmlType) -> TensorType {
+        TensorType {
+            dtype,
+            ne: [-1; 4],
+            nb: DYNAMIC_RANK_NB,
+        }
+    }
+    pub fn has_dynamic_rank(&self) -> bool {
+        self.nb == DYNAMIC_RANK_NB
+    }
     /// Rows contiguous, elements packed (ggml_is_contiguous).
     pub fn is_contiguous(&self) -> bool {
         *self == TensorType::contiguous(self.dtype, self.ne)
@@ -62,6 +75,9 @@ impl TensorType {
         last
     }
 }
+
+/// The `nb` marker of `TensorType::dynamic_rank`.
+pub const DYNAMIC_RANK_NB: [u64; 4] = [u64::MAX; 4];
 
 /// Memory the host already allocated: buffer id (polycl's fake base address)
 /// and byte offset.
@@ -91,6 +107,8 @@ pub struct Node {
     pub inputs: Vec<Value>,
     pub outputs: Vec<Output>,
     pub name: String,
+    /// Names of output ports 1.. of a multi-output node (port 0 is `name`).
+    pub port_names: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -101,9 +119,51 @@ pub struct Graph {
 }
 
 impl Graph {
-    pub fn add(&mut self, op: Op, inputs: Vec<Value>, outputs: Vec<Output>, name: impl Into<String>) -> NodeId {
-        self.nodes.push(Node { op, inputs, outputs, name: name.into() });
+    pub fn add(
+        &mut self,
+        op: Op,
+        inputs: Vec<Value>,
+        outputs: Vec<Output>,
+        name: impl Into<String>,
+    ) -> NodeId {
+        self.nodes.push(Node {
+            op,
+            inputs,
+            outputs,
+            name: name.into(),
+            port_names: Vec::new(),
+        });
         self.nodes.len() - 1
+    }
+    /// The name of value `v`: its node's name, or the port's own name.
+    pub fn value_name(&self, v: Value) -> String {
+        let n = &self.nodes[v.node];
+        match v.port {
+            0 => n.name.clone(),
+            p => n
+                .port_names
+                .get(p as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| format!("{}:{p}", n.name)),
+        }
+    }
+    /// State variables: (id, type) of each ReadValue, in graph order.
+    pub fn variables(&self) -> Vec<(String, TensorType)> {
+        let mut out: Vec<(String, TensorType)> = Vec::new();
+        for n in &self.nodes {
+            if let Op::ReadValue { variable } = &n.op {
+                if !out.iter().any(|(id, _)| id == variable) {
+                    out.push((variable.clone(), n.outputs[0].ty.clone()));
+                }
+            }
+        }
+        out
+    }
+    /// Sink nodes (Assign), in graph order.
+    pub fn sinks(&self) -> Vec<NodeId> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].op.is_sink())
+            .collect()
     }
     pub fn output(&self, v: Value) -> &Output {
         &self.nodes[v.node].outputs[v.port as usize]
@@ -117,6 +177,8 @@ impl Graph {
     }
     /// Nodes that read value `v`.
     pub fn users(&self, v: Value) -> Vec<NodeId> {
-        (0..self.nodes.len()).filter(|&i| self.nodes[i].inputs.contains(&v)).collect()
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].inputs.contains(&v))
+            .collect()
     }
 }

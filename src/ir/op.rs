@@ -9,18 +9,32 @@ pub enum Op {
     /// Element-wise copy with type conversion into the output layout (CPY/CONT/DUP).
     Copy,
     Binary(BinaryOp),
-    Scale { scale: f32, bias: f32 },
+    Scale {
+        scale: f32,
+        bias: f32,
+    },
     Unary(UnaryOp),
     /// inputs: [a] (both halves in a) or [a, b].
-    Glu { kind: GluKind, swapped: bool },
-    RmsNorm { eps: f32 },
-    Norm { eps: f32 },
+    Glu {
+        kind: GluKind,
+        swapped: bool,
+    },
+    RmsNorm {
+        eps: f32,
+    },
+    Norm {
+        eps: f32,
+    },
     /// inputs: [weights, activations].
     MulMat,
     /// inputs: [x, positions] or [x, positions, freq_factors].
     Rope(RopeParams),
     /// inputs: [x] or [x, mask].
-    SoftMax { scale: f32, max_bias: f32, has_mask: bool },
+    SoftMax {
+        scale: f32,
+        max_bias: f32,
+        has_mask: bool,
+    },
     /// inputs: [table, row ids].
     GetRows,
     /// The neutral cache write: inputs [destination, new rows, row indices];
@@ -30,9 +44,54 @@ pub enum Op {
     /// An explicit scatter into the destination's memory (stateless form).
     ScatterRows,
     /// inputs: [q, k, v] or [q, k, v, mask].
-    FlashAttn { scale: f32, max_bias: f32, softcap: f32, has_mask: bool },
+    FlashAttn {
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+        has_mask: bool,
+    },
     SumRows,
-    Concat { dim: i32 },
+    Concat {
+        dim: i32,
+    },
+    /// Bytes known at conversion (weights of the C decoder path, initial values of
+    /// state variables); the output type says how to read them.
+    Constant {
+        data: std::sync::Arc<[u8]>,
+    },
+    /// The current value of a state variable, or its input (the initial value)
+    /// before the first Assign / after a reset. inputs: [initial value].
+    ReadValue {
+        variable: String,
+    },
+    /// Commits its input as the variable's next value; a sink (kept without being a
+    /// result). Its output aliases the input.
+    Assign {
+        variable: String,
+    },
+    /// inputs: [data, indices (1-D I32/I64)]: data with dim `axis` re-indexed.
+    Gather {
+        axis: i32,
+    },
+    /// Largest `k` values per row (descending, ties by lower index), k = output ne0.
+    /// inputs: [data] or [data, k (an I32 graph input, for a dynamic k)];
+    /// outputs: [values, indices (I32)].
+    TopK {
+        has_k_input: bool,
+    },
+    /// A view whose layout follows from a rule, so it can be derived once dynamic
+    /// dims are known (the C decoder path; the ggml path uses `View`).
+    ViewAs(ViewRule),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewRule {
+    /// Same elements, contiguous layout (RESHAPE; the source must be contiguous).
+    Reshape,
+    /// `ne[axes[i]] = src.ne[i]`, strides likewise (PERMUTE, TRANSPOSE).
+    Permute([i32; 4]),
+    /// The source's strides, starting `offset` bytes in (VIEW).
+    Offset(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,8 +150,14 @@ impl Op {
             Op::Unary(UnaryOp::Silu) => "Silu",
             Op::Unary(UnaryOp::Gelu) => "Gelu",
             Op::Unary(UnaryOp::GeluQuick) => "GeluQuick",
-            Op::Glu { kind: GluKind::Swiglu, .. } => "Swiglu",
-            Op::Glu { kind: GluKind::Geglu, .. } => "Geglu",
+            Op::Glu {
+                kind: GluKind::Swiglu,
+                ..
+            } => "Swiglu",
+            Op::Glu {
+                kind: GluKind::Geglu,
+                ..
+            } => "Geglu",
             Op::RmsNorm { .. } => "RmsNorm",
             Op::Norm { .. } => "Norm",
             Op::MulMat => "MulMat",
@@ -104,13 +169,27 @@ impl Op {
             Op::FlashAttn { .. } => "FlashAttn",
             Op::SumRows => "SumRows",
             Op::Concat { .. } => "Concat",
+            Op::Constant { .. } => "Constant",
+            Op::ReadValue { .. } => "ReadValue",
+            Op::Assign { .. } => "Assign",
+            Op::Gather { .. } => "Gather",
+            Op::TopK { .. } => "TopK",
+            Op::ViewAs(ViewRule::Reshape) => "Reshape",
+            Op::ViewAs(ViewRule::Permute(_)) => "Permute",
+            Op::ViewAs(ViewRule::Offset(_)) => "ViewAt",
         }
     }
 
     /// Allowed input counts.
     pub fn arity(&self) -> std::ops::RangeInclusive<usize> {
         match self {
-            Op::Parameter => 0..=0,
+            Op::Parameter | Op::Constant { .. } => 0..=0,
+            Op::ReadValue { .. } | Op::Assign { .. } | Op::ViewAs(_) => 1..=1,
+            Op::Gather { .. } => 2..=2,
+            Op::TopK { has_k_input } => {
+                let n = 1 + *has_k_input as usize;
+                n..=n
+            }
             Op::View | Op::Copy | Op::Scale { .. } | Op::Unary(_) => 1..=1,
             Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => 1..=1,
             Op::Glu { .. } => 1..=2,
@@ -133,6 +212,11 @@ impl Op {
 
     /// Ops that produce no new data (their output aliases an input).
     pub fn is_view(&self) -> bool {
-        matches!(self, Op::Parameter | Op::View)
+        matches!(self, Op::Parameter | Op::View | Op::ViewAs(_))
+    }
+
+    /// Nodes kept for their effect, not their output (the graph's sinks).
+    pub fn is_sink(&self) -> bool {
+        matches!(self, Op::Assign { .. })
     }
 }

@@ -1,7 +1,9 @@
 //! Graph rewrites, run in order: caller-registered extensions first, then the
 //! built-in `lower_set_rows_stateless`, which lowers every `SetRows` left.
 
+pub mod extension;
 pub mod lower_set_rows_stateless;
+pub mod make_stateful;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};

@@ -16,7 +16,14 @@ pub struct PlanCache {
 
 impl PlanCache {
     pub fn new(capacity: usize) -> Self {
-        PlanCache { plans: HashMap::new(), capacity: capacity.max(1), tick: 0, checked_epoch: 0, hits: 0, misses: 0 }
+        PlanCache {
+            plans: HashMap::new(),
+            capacity: capacity.max(1),
+            tick: 0,
+            checked_epoch: 0,
+            hits: 0,
+            misses: 0,
+        }
     }
 
     pub fn get(&mut self, key: u64) -> Option<&Plan> {
@@ -42,12 +49,22 @@ impl PlanCache {
 
     pub fn insert(&mut self, key: u64, plan: Plan) -> &Plan {
         if self.plans.len() >= self.capacity {
-            if let Some(oldest) = self.plans.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k) {
+            if let Some(oldest) = self
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
+            {
                 self.plans.remove(&oldest);
             }
         }
         self.tick += 1;
-        &self.plans.entry(key).insert_entry((plan, self.tick)).into_mut().0
+        &self
+            .plans
+            .entry(key)
+            .insert_entry((plan, self.tick))
+            .into_mut()
+            .0
     }
 
     pub fn len(&self) -> usize {

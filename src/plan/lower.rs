@@ -55,7 +55,13 @@ fn flat(
 ) -> Result<Launch> {
     let k = kernel(&b.device, program, name)?;
     bind(&mut ArgBinder::new(&k))?;
-    Ok(Launch { kernel: k, global: [n, 1, 1], local: None, dims: 1, kind })
+    Ok(Launch {
+        kernel: k,
+        global: [n, 1, 1],
+        local: None,
+        dims: 1,
+        kind,
+    })
 }
 
 fn grid(
@@ -69,7 +75,13 @@ fn grid(
 ) -> Result<Launch> {
     let k = kernel(&b.device, program, name)?;
     bind(&mut ArgBinder::new(&k))?;
-    Ok(Launch { kernel: k, global, local, dims: 3, kind })
+    Ok(Launch {
+        kernel: k,
+        global,
+        local,
+        dims: 3,
+        kind,
+    })
 }
 
 fn type_suffix(t: GgmlType) -> Result<&'static str> {
@@ -82,7 +94,12 @@ fn type_suffix(t: GgmlType) -> Result<&'static str> {
         Q6K => "q6_k",
         I64 => "i64",
         I32 => "i32",
-        other => return Err(Error::Unsupported(format!("no kernel for type {}", other.name()))),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "no kernel for type {}",
+                other.name()
+            )))
+        }
     })
 }
 
@@ -95,9 +112,16 @@ pub fn alibi(n_head: u32, max_bias: f32) -> (f32, f32, u32) {
 }
 
 /// ggml_rope_yarn_corr_dims.
-pub fn rope_yarn_corr_dims(n_dims: i32, n_ctx_orig: i32, freq_base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+pub fn rope_yarn_corr_dims(
+    n_dims: i32,
+    n_ctx_orig: i32,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
     let corr_dim = |n_rot: f32| {
-        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln())
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * freq_base.ln())
     };
     let start = corr_dim(beta_fast).floor();
     let end = corr_dim(beta_slow).ceil();
@@ -128,7 +152,11 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             Ok(())
         }
         Op::Binary(op) => {
-            let (x, y, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
+            let (x, y, dst) = (
+                b.operand(n.inputs[0])?,
+                b.operand(n.inputs[1])?,
+                b.operand(v)?,
+            );
             let name = match op {
                 BinaryOp::Add => "kernel_add_f32",
                 BinaryOp::Sub => "kernel_sub_f32",
@@ -143,10 +171,17 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         }
         Op::Scale { scale, bias } => {
             let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
-            out.push(flat(b, "unary", "kernel_scale_f32", nelements(&dst), "unary", |a| {
-                a.tensor(&x)?.tensor(&dst)?.f32(*scale)?.f32(*bias)?;
-                Ok(())
-            })?);
+            out.push(flat(
+                b,
+                "unary",
+                "kernel_scale_f32",
+                nelements(&dst),
+                "unary",
+                |a| {
+                    a.tensor(&x)?.tensor(&dst)?.f32(*scale)?.f32(*bias)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
         Op::Unary(u) => {
@@ -172,39 +207,91 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 GluKind::Geglu => "kernel_geglu_f32",
             };
             out.push(flat(b, "glu", name, nelements(&dst), "glu", |a| {
-                a.tensor(&x)?.tensor(&y)?.tensor(&dst)?.i32(*swapped as i32)?.i32(has_b as i32)?;
+                a.tensor(&x)?
+                    .tensor(&y)?
+                    .tensor(&dst)?
+                    .i32(*swapped as i32)?
+                    .i32(has_b as i32)?;
                 Ok(())
             })?);
             Ok(())
         }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
-            let name = if matches!(n.op, Op::RmsNorm { .. }) { "kernel_rms_norm_f32" } else { "kernel_norm_f32" };
-            out.push(grid(b, "norm", name, rows_grid(&dst), Some([ROW_WG, 1, 1]), "norm", |a| {
-                a.tensor(&x)?.tensor(&dst)?.f32(*eps)?;
-                Ok(())
-            })?);
+            let name = if matches!(n.op, Op::RmsNorm { .. }) {
+                "kernel_rms_norm_f32"
+            } else {
+                "kernel_norm_f32"
+            };
+            out.push(grid(
+                b,
+                "norm",
+                name,
+                rows_grid(&dst),
+                Some([ROW_WG, 1, 1]),
+                "norm",
+                |a| {
+                    a.tensor(&x)?.tensor(&dst)?.f32(*eps)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
         Op::SumRows => {
             let (x, dst) = (b.operand(n.inputs[0])?, b.operand(v)?);
-            out.push(grid(b, "misc", "kernel_sum_rows_f32", rows_grid(&dst), Some([ROW_WG, 1, 1]), "sum_rows", |a| {
-                a.tensor(&x)?.tensor(&dst)?;
-                Ok(())
-            })?);
+            out.push(grid(
+                b,
+                "misc",
+                "kernel_sum_rows_f32",
+                rows_grid(&dst),
+                Some([ROW_WG, 1, 1]),
+                "sum_rows",
+                |a| {
+                    a.tensor(&x)?.tensor(&dst)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
+        Op::Concat { .. } if g.ty(v).dtype.block_bytes() == 2 => {
+            super::lower_state::lower(b, id, n, out)
+        }
+        Op::Constant { .. }
+        | Op::ReadValue { .. }
+        | Op::Assign { .. }
+        | Op::Gather { .. }
+        | Op::TopK { .. }
+        | Op::ViewAs(_) => super::lower_state::lower(b, id, n, out),
         Op::Concat { dim } => {
-            let (x, y, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
-            out.push(flat(b, "misc", "kernel_concat_f32", nelements(&dst), "concat", |a| {
-                a.tensor(&x)?.tensor(&y)?.tensor(&dst)?.i32(*dim)?;
-                Ok(())
-            })?);
+            let (x, y, dst) = (
+                b.operand(n.inputs[0])?,
+                b.operand(n.inputs[1])?,
+                b.operand(v)?,
+            );
+            out.push(flat(
+                b,
+                "misc",
+                "kernel_concat_f32",
+                nelements(&dst),
+                "concat",
+                |a| {
+                    a.tensor(&x)?.tensor(&y)?.tensor(&dst)?.i32(*dim)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
-        Op::SoftMax { scale, max_bias, has_mask } => {
+        Op::SoftMax {
+            scale,
+            max_bias,
+            has_mask,
+        } => {
             let x = b.operand(n.inputs[0])?;
-            let mask = if *has_mask { b.operand(n.inputs[1])? } else { x };
+            let mask = if *has_mask {
+                b.operand(n.inputs[1])?
+            } else {
+                x
+            };
             let mask_type = if !*has_mask {
                 0
             } else if g.ty(n.inputs[1]).dtype == F32 {
@@ -214,36 +301,78 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             };
             let dst = b.operand(v)?;
             let (m0, m1, n_head_log2) = alibi(x.ne[2] as u32, *max_bias);
-            out.push(grid(b, "softmax", "kernel_soft_max_f32", rows_grid(&dst), Some([ROW_WG, 1, 1]), "softmax", |a| {
-                a.tensor(&x)?.tensor(&mask)?.tensor(&dst)?;
-                a.f32(*scale)?.f32(*max_bias)?.f32(m0)?.f32(m1)?.u32(n_head_log2)?.i32(mask_type)?;
-                Ok(())
-            })?);
+            out.push(grid(
+                b,
+                "softmax",
+                "kernel_soft_max_f32",
+                rows_grid(&dst),
+                Some([ROW_WG, 1, 1]),
+                "softmax",
+                |a| {
+                    a.tensor(&x)?.tensor(&mask)?.tensor(&dst)?;
+                    a.f32(*scale)?
+                        .f32(*max_bias)?
+                        .f32(m0)?
+                        .f32(m1)?
+                        .u32(n_head_log2)?
+                        .i32(mask_type)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
         Op::Rope(p) => {
             let x = b.operand(n.inputs[0])?;
             let pos = b.operand(n.inputs[1])?;
-            let ff = if p.has_freq_factors { b.operand(n.inputs[2])? } else { pos };
+            let ff = if p.has_freq_factors {
+                b.operand(n.inputs[2])?
+            } else {
+                pos
+            };
             let dst = b.operand(v)?;
-            let corr = rope_yarn_corr_dims(p.n_dims, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+            let corr = rope_yarn_corr_dims(
+                p.n_dims,
+                p.n_ctx_orig,
+                p.freq_base,
+                p.beta_fast,
+                p.beta_slow,
+            );
             let name = match p.mode {
                 RopeMode::Normal => "kernel_rope_norm_f32",
                 RopeMode::Neox => "kernel_rope_neox_f32",
             };
-            let global = [(x.ne[0] / 2) as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
+            let global = [
+                (x.ne[0] / 2) as usize,
+                x.ne[1] as usize,
+                (x.ne[2] * x.ne[3]) as usize,
+            ];
             out.push(grid(b, "rope", name, global, None, "rope", |a| {
-                a.tensor(&x)?.ptr(pos.mem, pos.offset)?.ptr(ff.mem, ff.offset)?.i32(p.has_freq_factors as i32)?;
-                a.tensor(&dst)?.i32(p.n_dims)?.f32(p.freq_base)?.f32(p.freq_scale)?.f32(p.ext_factor)?;
+                a.tensor(&x)?
+                    .ptr(pos.mem, pos.offset)?
+                    .ptr(ff.mem, ff.offset)?
+                    .i32(p.has_freq_factors as i32)?;
+                a.tensor(&dst)?
+                    .i32(p.n_dims)?
+                    .f32(p.freq_base)?
+                    .f32(p.freq_scale)?
+                    .f32(p.ext_factor)?;
                 a.f32(p.attn_factor)?.f32(corr[0])?.f32(corr[1])?;
                 Ok(())
             })?);
             Ok(())
         }
         Op::GetRows => {
-            let (t, rows, dst) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?, b.operand(v)?);
+            let (t, rows, dst) = (
+                b.operand(n.inputs[0])?,
+                b.operand(n.inputs[1])?,
+                b.operand(v)?,
+            );
             let name = format!("kernel_get_rows_{}", type_suffix(g.ty(n.inputs[0]).dtype)?);
-            let global = [dst.ne[0] as usize, dst.ne[1] as usize, (dst.ne[2] * dst.ne[3]) as usize];
+            let global = [
+                dst.ne[0] as usize,
+                dst.ne[1] as usize,
+                (dst.ne[2] * dst.ne[3]) as usize,
+            ];
             out.push(grid(b, "get_rows", &name, global, None, "get_rows", |a| {
                 a.tensor(&t)?.tensor(&rows)?.tensor(&dst)?;
                 Ok(())
@@ -259,7 +388,11 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 type_suffix(g.ty(v).dtype)?,
                 type_suffix(g.ty(n.inputs[2]).dtype)?
             );
-            let global = [vals.ne[0] as usize, vals.ne[1] as usize, (vals.ne[2] * vals.ne[3]) as usize];
+            let global = [
+                vals.ne[0] as usize,
+                vals.ne[1] as usize,
+                (vals.ne[2] * vals.ne[3]) as usize,
+            ];
             out.push(grid(b, "set_rows", &name, global, None, "set_rows", |a| {
                 a.tensor(&vals)?.tensor(&idx)?.tensor(&dst)?;
                 Ok(())
@@ -267,28 +400,64 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             Ok(())
         }
         Op::MulMat => lower_mul_mat(b, n, v, out),
-        Op::FlashAttn { scale, max_bias, softcap, has_mask } => {
+        Op::FlashAttn {
+            scale,
+            max_bias,
+            softcap,
+            has_mask,
+        } => {
             let q = b.operand(n.inputs[0])?;
             let k = b.operand(n.inputs[1])?;
             let vv = b.operand(n.inputs[2])?;
-            let mask = if *has_mask { b.operand(n.inputs[3])? } else { q };
+            let mask = if *has_mask {
+                b.operand(n.inputs[3])?
+            } else {
+                q
+            };
             let dst = b.operand(v)?;
             let (m0, m1, n_head_log2) = alibi(q.ne[2] as u32, *max_bias);
             // As ggml's CPU backend: the scale is divided by the softcap before
             // the dot product is capped with softcap * tanh(s).
-            let scale = if *softcap != 0.0 { scale / softcap } else { *scale };
+            let scale = if *softcap != 0.0 {
+                scale / softcap
+            } else {
+                *scale
+            };
             let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];
-            out.push(grid(b, "flash_attn", "kernel_flash_attn_ext_f16", global, Some([ROW_WG, 1, 1]), "flash_attn", |a| {
-                a.tensor(&q)?.tensor(&k)?.tensor(&vv)?.tensor(&mask)?.i32(*has_mask as i32)?.tensor(&dst)?;
-                a.f32(scale)?.f32(*max_bias)?.f32(m0)?.f32(m1)?.u32(n_head_log2)?.f32(*softcap)?;
-                Ok(())
-            })?);
+            out.push(grid(
+                b,
+                "flash_attn",
+                "kernel_flash_attn_ext_f16",
+                global,
+                Some([ROW_WG, 1, 1]),
+                "flash_attn",
+                |a| {
+                    a.tensor(&q)?
+                        .tensor(&k)?
+                        .tensor(&vv)?
+                        .tensor(&mask)?
+                        .i32(*has_mask as i32)?
+                        .tensor(&dst)?;
+                    a.f32(scale)?
+                        .f32(*max_bias)?
+                        .f32(m0)?
+                        .f32(m1)?
+                        .u32(n_head_log2)?
+                        .f32(*softcap)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
     }
 }
 
-fn lower_mul_mat(b: &mut Binder, n: &Node, v: crate::ir::Value, out: &mut Vec<Launch>) -> Result<()> {
+fn lower_mul_mat(
+    b: &mut Binder,
+    n: &Node,
+    v: crate::ir::Value,
+    out: &mut Vec<Launch>,
+) -> Result<()> {
     let g = b.graph;
     let wt = g.ty(n.inputs[0]).dtype;
     let w = b.operand(n.inputs[0])?;
@@ -298,26 +467,61 @@ fn lower_mul_mat(b: &mut Binder, n: &Node, v: crate::ir::Value, out: &mut Vec<La
     let (act_mem, act_off, act_nb) = match activation_format(wt, x.ne[0]) {
         None => (x.mem, x.offset, x.nb),
         Some((convert, row)) => {
-            let (scratch, _) = b.scratch.ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
+            let (scratch, _) = b
+                .scratch
+                .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
             let blocks = match convert {
                 "kernel_convert_f16" => x.ne[0],
                 "kernel_quantize_q8_1" => x.ne[0] / 32,
                 _ => x.ne[0] / 256,
             };
-            let global = [blocks as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
-            out.push(grid(b, "mul_mat", convert, global, None, "quantize", |a| {
-                a.tensor(&x)?.ptr(scratch, 0)?;
-                Ok(())
-            })?);
-            let nb = [0, row, row * x.ne[1] as u64, row * (x.ne[1] * x.ne[2]) as u64];
+            let global = [
+                blocks as usize,
+                x.ne[1] as usize,
+                (x.ne[2] * x.ne[3]) as usize,
+            ];
+            out.push(grid(
+                b,
+                "mul_mat",
+                convert,
+                global,
+                None,
+                "quantize",
+                |a| {
+                    a.tensor(&x)?.ptr(scratch, 0)?;
+                    Ok(())
+                },
+            )?);
+            let nb = [
+                0,
+                row,
+                row * x.ne[1] as u64,
+                row * (x.ne[1] * x.ne[2]) as u64,
+            ];
             (scratch, 0u64, nb)
         }
     };
-    let global = [MM_WG * w.ne[1] as usize, x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
-    out.push(grid(b, "mul_mat", &mm_name, global, Some([MM_WG, 1, 1]), "mul_mat", |a| {
-        a.tensor(&w)?.ptr(act_mem, act_off)?.u64x4(act_nb)?.i64x4(x.ne)?.tensor(&dst)?;
-        Ok(())
-    })?);
+    let global = [
+        MM_WG * w.ne[1] as usize,
+        x.ne[1] as usize,
+        (x.ne[2] * x.ne[3]) as usize,
+    ];
+    out.push(grid(
+        b,
+        "mul_mat",
+        &mm_name,
+        global,
+        Some([MM_WG, 1, 1]),
+        "mul_mat",
+        |a| {
+            a.tensor(&w)?
+                .ptr(act_mem, act_off)?
+                .u64x4(act_nb)?
+                .i64x4(x.ne)?
+                .tensor(&dst)?;
+            Ok(())
+        },
+    )?);
     Ok(())
 }
 

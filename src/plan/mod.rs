@@ -2,7 +2,10 @@
 //! device; cached by graph fingerprint so a decode step is a run of enqueues.
 
 pub mod cache;
+pub mod internal;
 pub mod lower;
+pub mod lower_state;
+pub mod request;
 
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Place, Value};
@@ -39,7 +42,10 @@ impl<'g> Binder<'g> {
                     Some(b) => b.clone(),
                     None => {
                         let b = DeviceBuffer::by_base(m.buffer).ok_or_else(|| {
-                            Error::InvalidGraph(format!("value %{}:{} names a freed buffer", v.node, v.port))
+                            Error::InvalidGraph(format!(
+                                "value %{}:{} names a freed buffer",
+                                v.node, v.port
+                            ))
                         })?;
                         if !Arc::ptr_eq(&b.device, &self.device) {
                             return Err(Error::InvalidGraph(format!(
@@ -58,7 +64,12 @@ impl<'g> Binder<'g> {
                         self.graph.nodes[v.node].name, span, m.offset, buf.size
                     )));
                 }
-                Ok(Operand { mem: buf.cl_mem() as _, offset: m.offset, ne: out.ty.ne, nb: out.ty.nb })
+                Ok(Operand {
+                    mem: buf.cl_mem() as _,
+                    offset: m.offset,
+                    ne: out.ty.ne,
+                    nb: out.ty.nb,
+                })
             }
             Place::Internal => Err(Error::Unsupported(format!(
                 "value %{}:{} has no memory: unplaced tensors are not supported on this path",
@@ -70,8 +81,17 @@ impl<'g> Binder<'g> {
 
 impl Plan {
     pub fn build(graph: &Graph, device: &Arc<Device>) -> Result<Plan> {
-        let scratch_bytes = graph.nodes.iter().map(|n| lower::scratch_bytes(graph, n)).max().unwrap_or(0);
-        let scratch = if scratch_bytes > 0 { Some(DeviceBuffer::alloc_scratch(device, scratch_bytes)?) } else { None };
+        let scratch_bytes = graph
+            .nodes
+            .iter()
+            .map(|n| lower::scratch_bytes(graph, n))
+            .max()
+            .unwrap_or(0);
+        let scratch = if scratch_bytes > 0 {
+            Some(DeviceBuffer::alloc_scratch(device, scratch_bytes)?)
+        } else {
+            None
+        };
         let mut binder = Binder {
             graph,
             device: device.clone(),
@@ -101,7 +121,9 @@ impl Plan {
 
     /// Whether every buffer the plan names is still registered.
     pub fn buffers_alive(&self) -> bool {
-        self.buffers.iter().all(|b| DeviceBuffer::by_base(b.base).is_some())
+        self.buffers
+            .iter()
+            .all(|b| DeviceBuffer::by_base(b.base).is_some())
     }
 
     pub fn count(&self, kind: &str) -> usize {

@@ -7,9 +7,9 @@
 use super::device::Device;
 use crate::config;
 use crate::error::{ClContext, Error, Result};
-use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::command_queue as cq;
 use opencl3::event::Event;
+use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_event, cl_int, CL_BLOCKING};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -44,24 +44,43 @@ impl DeviceBuffer {
     /// Allocates `size` bytes on `device` and registers the buffer.
     pub fn alloc(device: &Arc<Device>, size: usize) -> Result<Arc<DeviceBuffer>> {
         let size = size.max(1);
-        let oom = |detail: String| Error::OutOfMemory { device: device.index, bytes: size, detail };
+        let oom = |detail: String| Error::OutOfMemory {
+            device: device.index,
+            bytes: size,
+            detail,
+        };
         if size > device.max_alloc {
-            return Err(oom(format!("larger than the device's max buffer size {}", device.max_alloc)));
+            return Err(oom(format!(
+                "larger than the device's max buffer size {}",
+                device.max_alloc
+            )));
         }
         if let Some(limit) = config::get().mem_limit {
             let used = device.allocated.load(Ordering::Relaxed);
             if used + size > limit {
-                return Err(oom(format!("POLYCL_MEM_LIMIT_MB allows {limit} bytes, {used} in use")));
+                return Err(oom(format!(
+                    "POLYCL_MEM_LIMIT_MB allows {limit} bytes, {used} in use"
+                )));
             }
         }
         // SAFETY: no host pointer is passed, so the buffer owns fresh device memory.
         let mem = unsafe {
-            Buffer::<u8>::create(&device.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut())
+            Buffer::<u8>::create(
+                &device.context,
+                CL_MEM_READ_WRITE,
+                size,
+                std::ptr::null_mut(),
+            )
         }
         .map_err(|e| oom(format!("clCreateBuffer status {}", e.0)))?;
         let span = (size as u64).div_ceil(4096) * 4096 + 4096;
         let base = NEXT_FAKE_BASE.fetch_add(span, Ordering::Relaxed);
-        let buf = Arc::new(DeviceBuffer { base, size, device: device.clone(), mem });
+        let buf = Arc::new(DeviceBuffer {
+            base,
+            size,
+            device: device.clone(),
+            mem,
+        });
         device.allocated.fetch_add(size, Ordering::Relaxed);
         registry().lock().insert(base, buf.clone());
         Ok(buf)
@@ -72,14 +91,24 @@ impl DeviceBuffer {
         let size = size.max(1);
         // SAFETY: as in alloc.
         let mem = unsafe {
-            Buffer::<u8>::create(&device.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut())
+            Buffer::<u8>::create(
+                &device.context,
+                CL_MEM_READ_WRITE,
+                size,
+                std::ptr::null_mut(),
+            )
         }
         .map_err(|e| Error::OutOfMemory {
             device: device.index,
             bytes: size,
             detail: format!("scratch: clCreateBuffer status {}", e.0),
         })?;
-        Ok(DeviceBuffer { base: 0, size, device: device.clone(), mem })
+        Ok(DeviceBuffer {
+            base: 0,
+            size,
+            device: device.clone(),
+            mem,
+        })
     }
 
     /// Removes the buffer from the registry; memory is released when the last
@@ -187,7 +216,13 @@ impl DeviceBuffer {
     }
 
     /// Device-side copy into `dst` (same device), ordered on the device queue.
-    pub fn copy_to(&self, src_off: usize, dst: &DeviceBuffer, dst_off: usize, len: usize) -> Result<()> {
+    pub fn copy_to(
+        &self,
+        src_off: usize,
+        dst: &DeviceBuffer,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()> {
         self.check(src_off, len)?;
         dst.check(dst_off, len)?;
         if len == 0 {
@@ -224,7 +259,10 @@ impl Device {
 }
 
 /// Releases the event an enqueue returned (we order through the in-order queue).
-pub(crate) fn finish_event(ev: std::result::Result<cl_event, cl_int>, call: &'static str) -> Result<()> {
+pub(crate) fn finish_event(
+    ev: std::result::Result<cl_event, cl_int>,
+    call: &'static str,
+) -> Result<()> {
     match ev {
         Ok(e) => {
             drop(Event::new(e));

@@ -38,7 +38,8 @@ pub struct Device {
 
 impl Device {
     pub fn free_memory(&self) -> usize {
-        self.global_mem.saturating_sub(self.allocated.load(Ordering::Relaxed))
+        self.global_mem
+            .saturating_sub(self.allocated.load(Ordering::Relaxed))
     }
 }
 
@@ -61,7 +62,10 @@ fn capability_problem(d: &ClDevice) -> Option<String> {
         .nth(2)
         .and_then(|v| {
             let mut it = v.split('.');
-            Some((it.next()?.parse::<u32>().ok()?, it.next()?.parse::<u32>().ok()?))
+            Some((
+                it.next()?.parse::<u32>().ok()?,
+                it.next()?.parse::<u32>().ok()?,
+            ))
         })
         .map(|(maj, min)| (maj, min) >= (1, 2))
         .unwrap_or(false);
@@ -121,13 +125,20 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         }
     };
     if selected.is_empty() {
-        return Err(Error::NoDevice("no OpenCL device passed the capability check".into()));
+        return Err(Error::NoDevice(
+            "no OpenCL device passed the capability check".into(),
+        ));
     }
     let mut contexts: HashMap<usize, Arc<Context>> = HashMap::new();
     for (pi, _) in &selected {
         if !contexts.contains_key(pi) {
-            let ids: Vec<_> = selected.iter().filter(|(p, _)| p == pi).map(|(_, d)| d.id()).collect();
-            let ctx = Context::from_devices(&ids, &[], None, std::ptr::null_mut()).cl("clCreateContext")?;
+            let ids: Vec<_> = selected
+                .iter()
+                .filter(|(p, _)| p == pi)
+                .map(|(_, d)| d.id())
+                .collect();
+            let ctx = Context::from_devices(&ids, &[], None, std::ptr::null_mut())
+                .cl("clCreateContext")?;
             contexts.insert(*pi, Arc::new(ctx));
         }
     }
@@ -136,7 +147,8 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         let context = contexts[&pi].clone();
         // SAFETY: d is a device of `context` (the context was made from it).
         #[allow(deprecated)]
-        let queue = unsafe { CommandQueue::create(&context, d.id(), 0) }.cl("clCreateCommandQueue")?;
+        let queue =
+            unsafe { CommandQueue::create(&context, d.id(), 0) }.cl("clCreateCommandQueue")?;
         let dev_type = d.dev_type().unwrap_or(0);
         let vendor = d.vendor().unwrap_or_default();
         let name = d.name().unwrap_or_default();
@@ -160,7 +172,11 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             "{}: {} ({}, {} MiB, max buffer {} MiB)",
             dev.name,
             dev.description,
-            if dev.is_gpu { "GPU" } else { "non-GPU OpenCL device" },
+            if dev.is_gpu {
+                "GPU"
+            } else {
+                "non-GPU OpenCL device"
+            },
             dev.global_mem >> 20,
             dev.max_alloc >> 20
         ));

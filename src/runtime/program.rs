@@ -23,20 +23,32 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("get_rows", &[COMMON, include_str!("kernels/get_rows.cl")]),
     ("set_rows", &[COMMON, include_str!("kernels/set_rows.cl")]),
     ("misc", &[COMMON, include_str!("kernels/misc.cl")]),
-    ("mul_mat", &[COMMON, QUANT, include_str!("kernels/mul_mat.cl")]),
-    ("flash_attn", &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")]),
+    (
+        "mul_mat",
+        &[COMMON, QUANT, include_str!("kernels/mul_mat.cl")],
+    ),
+    (
+        "flash_attn",
+        &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")],
+    ),
+    ("state", &[COMMON, include_str!("kernels/state.cl")]),
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
 
 /// Builds `source` for `device`; on failure the error carries the build log.
 pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
-    let mut program = Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
+    let mut program =
+        Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
     if let Err(e) = program.build(&[device.cl.id()], BUILD_OPTIONS) {
         let log = program.get_build_log(device.cl.id()).unwrap_or_default();
         return Err(Error::Build {
             program: name.to_string(),
-            log: if log.trim().is_empty() { format!("(empty build log, status {})", e.0) } else { log },
+            log: if log.trim().is_empty() {
+                format!("(empty build log, status {})", e.0)
+            } else {
+                log
+            },
         });
     }
     Ok(program)
@@ -55,7 +67,11 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
     let source: String = sources.join("\n");
     let t = std::time::Instant::now();
     let built = Arc::new(build_source(device, name, &source)?);
-    log::debug(&format!("{}: built program {name} in {:?}", device.name, t.elapsed()));
+    log::debug(&format!(
+        "{}: built program {name} in {:?}",
+        device.name,
+        t.elapsed()
+    ));
     Ok(device.programs.lock().entry(name).or_insert(built).clone())
 }
 
@@ -63,6 +79,9 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
 pub fn kernel(device: &Device, program_name: &'static str, kernel_name: &str) -> Result<Kernel> {
     let p = program(device, program_name)?;
     Kernel::create(&p, kernel_name).map_err(|e| {
-        Error::Unsupported(format!("kernel {kernel_name} in program {program_name}: status {}", e.0))
+        Error::Unsupported(format!(
+            "kernel {kernel_name} in program {program_name}: status {}",
+            e.0
+        ))
     })
 }

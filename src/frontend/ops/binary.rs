@@ -8,7 +8,9 @@ use crate::ggml::types::GgmlType::F32;
 use crate::ir::{BinaryOp, Op, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(a), Some(b)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(a), Some(b)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     is_type(Some(a), &[F32])
         && is_type(Some(b), &[F32])
         && is_type(Some(&node.out.ty), &[F32])

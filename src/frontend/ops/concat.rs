@@ -8,7 +8,9 @@ use crate::ggml::types::GgmlType::{F32, I32};
 use crate::ir::{Op, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(a), Some(b)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(a), Some(b)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     let out = &node.out.ty;
     let dim = op_params::concat_dim(&node.params);
     (0..4).contains(&dim)

@@ -11,7 +11,11 @@ use crate::ir::{Op, Value};
 pub const MAX_HEAD_SIZE: i64 = 256;
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(q), Some(k), Some(v)) = (src_ty(dec, node, 0), src_ty(dec, node, 1), src_ty(dec, node, 2)) else {
+    let (Some(q), Some(k), Some(v)) = (
+        src_ty(dec, node, 0),
+        src_ty(dec, node, 1),
+        src_ty(dec, node, 2),
+    ) else {
         return false;
     };
     if node.srcs.get(4).copied().flatten().is_some() {
@@ -51,10 +55,19 @@ pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
 pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
     let p = op_params::flash_attn_ext(&node.params);
     let has_mask = node.srcs.get(3).copied().flatten().is_some();
-    let mut inputs = vec![ctx.input(node, 0)?, ctx.input(node, 1)?, ctx.input(node, 2)?];
+    let mut inputs = vec![
+        ctx.input(node, 0)?,
+        ctx.input(node, 1)?,
+        ctx.input(node, 2)?,
+    ];
     if has_mask {
         inputs.push(ctx.input(node, 3)?);
     }
-    let op = Op::FlashAttn { scale: p.scale, max_bias: p.max_bias, softcap: p.logit_softcap, has_mask };
+    let op = Op::FlashAttn {
+        scale: p.scale,
+        max_bias: p.max_bias,
+        softcap: p.logit_softcap,
+        has_mask,
+    };
     Ok(ctx.emit(op, inputs, node))
 }

@@ -7,7 +7,9 @@ use crate::ggml::types::GgmlType::{F16, F32, I32, Q4K, Q4_0, Q6K, Q8_0};
 use crate::ir::{Op, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(a), Some(r)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(a), Some(r)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     let out = &node.out.ty;
     [F32, F16, Q4_0, Q8_0, Q4K, Q6K].contains(&a.dtype)
         && (!a.dtype.is_quantized() || a.nb[0] == a.dtype.block_bytes() as u64)

@@ -17,7 +17,9 @@ fn kind(node: &NodeDesc) -> Option<GluKind> {
 }
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let Some(a) = src_ty(dec, node, 0) else { return false };
+    let Some(a) = src_ty(dec, node, 0) else {
+        return false;
+    };
     let out = &node.out.ty;
     if kind(node).is_none() || !is_type(Some(a), &[F32]) || !is_type(Some(out), &[F32]) {
         return false;
@@ -34,6 +36,9 @@ pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
     if node.srcs.get(1).copied().flatten().is_some() {
         inputs.push(ctx.input(node, 1)?);
     }
-    let op = Op::Glu { kind: kind(node).expect("checked by supports"), swapped: p.swapped };
+    let op = Op::Glu {
+        kind: kind(node).expect("checked by supports"),
+        swapped: p.swapped,
+    };
     Ok(ctx.emit(op, inputs, node))
 }

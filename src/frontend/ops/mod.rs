@@ -8,6 +8,7 @@ pub mod flash_attn;
 pub mod get_rows;
 pub mod glu;
 pub mod mul_mat;
+pub mod multi_output;
 pub mod norm;
 pub mod reduce;
 pub mod rope;

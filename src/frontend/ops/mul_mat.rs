@@ -10,7 +10,9 @@ use crate::ir::{Op, Value};
 pub const WEIGHT_TYPES: &[GgmlType] = &[F32, F16, Q4_0, Q8_0, Q4K, Q6K];
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(w), Some(x)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(w), Some(x)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     let out = &node.out.ty;
     if !WEIGHT_TYPES.contains(&w.dtype) || x.dtype != F32 || out.dtype != F32 {
         return false;

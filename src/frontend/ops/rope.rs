@@ -10,7 +10,9 @@ use crate::ir::{op::RopeParams, Op, RopeMode, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
     let p = op_params::rope(&node.params);
-    let (Some(x), Some(pos)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(x), Some(pos)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     let ff_ok = match src_ty(dec, node, 2) {
         None => true,
         Some(ff) => ff.dtype == F32 && ff.ne[0] >= (p.n_dims / 2) as i64 && ff.nb[0] == 4,
@@ -38,7 +40,11 @@ pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
         inputs.push(ctx.input(node, 2)?);
     }
     let op = Op::Rope(RopeParams {
-        mode: if p.mode == ROPE_MODE_NEOX { RopeMode::Neox } else { RopeMode::Normal },
+        mode: if p.mode == ROPE_MODE_NEOX {
+            RopeMode::Neox
+        } else {
+            RopeMode::Normal
+        },
         n_dims: p.n_dims,
         n_ctx_orig: p.n_ctx_orig,
         freq_base: p.freq_base,

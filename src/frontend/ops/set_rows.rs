@@ -9,7 +9,9 @@ use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
 use crate::ir::{Op, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let (Some(v), Some(i)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else { return false };
+    let (Some(v), Some(i)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
     let dst = &node.out.ty;
     v.dtype == F32
         && [I64, I32].contains(&i.dtype)

@@ -8,7 +8,9 @@ use crate::ggml::types::GgmlType::{F16, F32};
 use crate::ir::{Op, Value};
 
 pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
-    let Some(a) = src_ty(dec, node, 0) else { return false };
+    let Some(a) = src_ty(dec, node, 0) else {
+        return false;
+    };
     if a.dtype != F32 || !is_type(Some(&node.out.ty), &[F32]) || a.ne != node.out.ty.ne {
         return false;
     }
@@ -37,5 +39,13 @@ pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
     if has_mask {
         inputs.push(ctx.input(node, 1)?);
     }
-    Ok(ctx.emit(Op::SoftMax { scale: p.scale, max_bias: p.max_bias, has_mask }, inputs, node))
+    Ok(ctx.emit(
+        Op::SoftMax {
+            scale: p.scale,
+            max_bias: p.max_bias,
+            has_mask,
+        },
+        inputs,
+        node,
+    ))
 }

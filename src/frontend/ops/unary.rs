@@ -10,7 +10,9 @@ use crate::ir::{Op, UnaryOp, Value};
 
 fn same_shape_f32(dec: &dyn Decoder, node: &NodeDesc) -> bool {
     let a = src_ty(dec, node, 0);
-    is_type(a, &[F32]) && is_type(Some(&node.out.ty), &[F32]) && a.is_some_and(|a| a.ne == node.out.ty.ne)
+    is_type(a, &[F32])
+        && is_type(Some(&node.out.ty), &[F32])
+        && a.is_some_and(|a| a.ne == node.out.ty.ne)
 }
 
 fn unary_kind(node: &NodeDesc) -> Option<UnaryOp> {
@@ -39,5 +41,12 @@ pub fn supports_scale(dec: &dyn Decoder, node: &NodeDesc) -> bool {
 pub fn translate_scale(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
     let p = op_params::scale(&node.params);
     let a = ctx.input(node, 0)?;
-    Ok(ctx.emit(Op::Scale { scale: p.scale, bias: p.bias }, vec![a], node))
+    Ok(ctx.emit(
+        Op::Scale {
+            scale: p.scale,
+            bias: p.bias,
+        },
+        vec![a],
+        node,
+    ))
 }
