@@ -5,7 +5,10 @@
 //! | `POLYCL_DEVICES` | comma list of indices into the usable OpenCL devices, e.g. `0,2` | which devices become POLYCL0, POLYCL1, ... (default: all) |
 //! | `POLYCL_LOG` | `0` or `1` | `1` logs debug lines (plans built, cache hits) |
 //! | `POLYCL_PLAN_CACHE` | positive integer | plans kept per backend (default 64) |
+//! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
+//! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
+//! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
 
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
@@ -16,13 +19,21 @@ pub struct Config {
     pub verbose: bool,
     pub plan_cache_size: usize,
     pub mem_limit: Option<usize>,
+    /// Injected faults (`POLYCL_FAULT`), for reliability tests.
+    pub faults: Vec<crate::fault::Fault>,
+    pub fast_kernels: Option<bool>,
+    /// 0 off, 1 on, 2 on with counters in the log.
+    pub q8_cache: u8,
     /// Problems found while reading; logged once at init, each names its variable.
     pub problems: Vec<String>,
 }
 
-fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
+/// Reads the configuration through `get` (the environment in `get()`; a
+/// table in tests).
+pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     let mut c = Config {
         plan_cache_size: 64,
+        q8_cache: 1,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -48,12 +59,39 @@ fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
+    if let Some(v) = get("POLYCL_FAST_KERNELS") {
+        match v.trim() {
+            "0" => c.fast_kernels = Some(false),
+            "1" => c.fast_kernels = Some(true),
+            _ => c.problems.push(format!(
+                "POLYCL_FAST_KERNELS={v:?}: expected 0 or 1; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_Q8_CACHE") {
+        match v.trim() {
+            "0" => c.q8_cache = 0,
+            "1" => c.q8_cache = 1,
+            "2" => c.q8_cache = 2,
+            _ => c.problems.push(format!(
+                "POLYCL_Q8_CACHE={v:?}: expected 0, 1 or 2; using 1"
+            )),
+        }
+    }
     if let Some(v) = get("POLYCL_MEM_LIMIT_MB") {
         match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => c.mem_limit = Some(n << 20),
             _ => c.problems.push(format!(
                 "POLYCL_MEM_LIMIT_MB={v:?}: expected a positive integer; no limit"
             )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FAULT") {
+        match crate::fault::parse(&v) {
+            Ok(f) => c.faults = f,
+            Err(e) => c
+                .problems
+                .push(format!("POLYCL_FAULT={v:?}: {e}; no fault injected")),
         }
     }
     c

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::ggml::abi::*;
 use crate::ggml::symbols::ggml_base;
 use crate::log;
-use crate::runtime::DeviceBuffer;
+use crate::runtime::{Device, DeviceBuffer};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -31,7 +31,13 @@ fn iface() -> ggml_backend_buffer_i {
 }
 
 /// Hands `buf` to ggml-base as a new `ggml_backend_buffer`.
-pub fn wrap(buft: ggml_backend_buffer_type_t, buf: Arc<DeviceBuffer>) -> ggml_backend_buffer_t {
+///
+/// # Safety
+/// `buft` must be one of polycl's buffer types.
+pub unsafe fn wrap(
+    buft: ggml_backend_buffer_type_t,
+    buf: Arc<DeviceBuffer>,
+) -> ggml_backend_buffer_t {
     let Ok(base) = ggml_base() else {
         return std::ptr::null_mut();
     };
@@ -48,11 +54,41 @@ pub fn wrap(buft: ggml_backend_buffer_type_t, buf: Arc<DeviceBuffer>) -> ggml_ba
     b
 }
 
+/// `b`'s context if it is one of polycl's buffers: non-NULL, with a context,
+/// made by one of polycl's buffer types. None for anything else, which every
+/// entry refuses instead of dereferencing.
+fn ours<'a>(b: ggml_backend_buffer_t) -> Option<&'a BufferCtx> {
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; ggml passes a live buffer struct.
+    let (buft, context) = unsafe { ((*b).buft, (*b).context) };
+    if context.is_null() || buft.is_null() || !super::buffer_type::is_ours(buft) {
+        return None;
+    }
+    // SAFETY: polycl's buffers carry a BufferCtx as context.
+    Some(unsafe { &*(context as *const BufferCtx) })
+}
+
+fn not_ours() -> Error {
+    Error::InvalidArgument("buffer is NULL or not a polycl buffer".into())
+}
+
+/// The device a failed void entry on (`b`, `t`) is charged to: the buffer's,
+/// else that of the buffer holding the tensor's data.
+///
 /// # Safety
-/// `b` must be one of polycl's buffers.
-unsafe fn ctx<'a>(b: ggml_backend_buffer_t) -> &'a BufferCtx {
-    // SAFETY: our buffers carry a BufferCtx as context.
-    unsafe { &*((*b).context as *const BufferCtx) }
+/// `t` is NULL or a valid tensor.
+unsafe fn charge(b: ggml_backend_buffer_t, t: *const ggml_tensor) -> Option<Arc<Device>> {
+    if let Some(c) = ours(b) {
+        return Some(c.buf.device.clone());
+    }
+    if t.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, and valid per the contract.
+    let data = unsafe { (*t).data } as u64;
+    DeviceBuffer::resolve(data).map(|(buf, _)| buf.device.clone())
 }
 
 /// The device buffer and byte offset of `t`'s data plus `offset`, checking `size`.
@@ -71,109 +107,152 @@ pub unsafe fn locate(
     let data = unsafe { (*t).data } as u64;
     let (buf, off) = DeviceBuffer::resolve(data)
         .ok_or_else(|| Error::InvalidArgument("tensor is not in a polycl buffer".into()))?;
-    let start = off as usize + offset;
-    if start.checked_add(size).is_none_or(|e| e > buf.size) {
+    let start = (off as usize).checked_add(offset);
+    if start
+        .and_then(|s| s.checked_add(size))
+        .is_none_or(|e| e > buf.size)
+    {
         return Err(Error::InvalidArgument(format!(
-            "{size} bytes at offset {start} are outside the tensor's buffer of {} bytes",
+            "{size} bytes at offset {offset} of the tensor (buffer offset {off}) are outside its buffer of {} bytes",
             buf.size
+        )));
+    }
+    Ok((buf, off as usize + offset))
+}
+
+/// `locate` for a host transfer: also refuses ranges past the tensor's own
+/// bytes, which would overwrite its neighbours in the buffer.
+///
+/// # Safety
+/// `t` is NULL or a valid tensor.
+unsafe fn locate_in_tensor(
+    t: *const ggml_tensor,
+    offset: usize,
+    size: usize,
+) -> Result<(Arc<DeviceBuffer>, usize)> {
+    // SAFETY: NULL is refused by locate before any read; else valid.
+    let (buf, start) = unsafe { locate(t, offset, size) }?;
+    // SAFETY: locate refused NULL.
+    let n = unsafe { nbytes(t) };
+    if offset.checked_add(size).is_none_or(|e| e > n) {
+        return Err(Error::InvalidArgument(format!(
+            "{size} bytes at offset {offset} are outside the tensor's {n} bytes"
         )));
     }
     Ok((buf, start))
 }
 
-fn report(what: &str, r: Result<()>) {
-    if let Err(e) = r {
-        log::error(&format!("{what}: {e}"));
-    }
-}
-
 unsafe extern "C" fn free_buffer(b: ggml_backend_buffer_t) {
     guard("free_buffer", (), || {
-        // SAFETY: ggml calls this once per buffer, before deleting it.
+        if ours(b).is_none() {
+            return log::error("free_buffer: buffer is NULL or not a polycl buffer");
+        }
+        // SAFETY: ours; ggml calls this once per buffer, before deleting it.
         let c = unsafe { Box::from_raw((*b).context as *mut BufferCtx) };
+        // SAFETY: as above; a repeated free now finds no context and is refused.
+        unsafe { (*b).context = std::ptr::null_mut() };
         DeviceBuffer::release(c.buf.base);
     })
 }
 
 unsafe extern "C" fn get_base(b: ggml_backend_buffer_t) -> *mut c_void {
-    // SAFETY: ggml passes our buffer.
-    unsafe { ctx(b) }.buf.base as *mut c_void
+    guard("get_base", std::ptr::null_mut(), || match ours(b) {
+        Some(c) => c.buf.base as *mut c_void,
+        None => {
+            log::error("get_base: buffer is NULL or not a polycl buffer");
+            std::ptr::null_mut()
+        }
+    })
 }
 
 unsafe extern "C" fn memset_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *mut ggml_tensor,
     value: u8,
     offset: usize,
     size: usize,
 ) {
-    guard("memset_tensor", (), || {
-        // SAFETY: ggml passes a tensor in this buffer.
-        report(
-            "memset_tensor",
-            unsafe { locate(t, offset, size) }.and_then(|(b, o)| b.fill(o, size, value)),
-        )
-    })
+    super::void_entry(
+        "memset_tensor",
+        // SAFETY: ggml passes NULL or a valid tensor.
+        || unsafe { charge(b, t) },
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            // SAFETY: ggml passes NULL or a valid tensor.
+            let (buf, o) = unsafe { locate_in_tensor(t, offset, size) }?;
+            buf.fill(o, size, value)
+        },
+    )
 }
 
 unsafe extern "C" fn set_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *mut ggml_tensor,
     data: *const c_void,
     offset: usize,
     size: usize,
 ) {
-    guard("set_tensor", (), || {
-        if data.is_null() && size > 0 {
-            return log::error("set_tensor: data is NULL");
-        }
-        report(
-            "set_tensor",
-            // SAFETY: ggml passes a tensor in this buffer and `size` readable bytes.
-            unsafe { locate(t, offset, size) }.and_then(|(b, o)| {
-                let src = if size == 0 {
-                    &[][..]
-                } else {
-                    unsafe { std::slice::from_raw_parts(data as *const u8, size) }
-                };
-                b.write(o, src)
-            }),
-        )
-    })
+    super::void_entry(
+        "set_tensor",
+        // SAFETY: ggml passes NULL or a valid tensor.
+        || unsafe { charge(b, t) },
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            if data.is_null() && size > 0 {
+                return Err(Error::InvalidArgument("data is NULL".into()));
+            }
+            // SAFETY: ggml passes NULL or a valid tensor.
+            let (buf, o) = unsafe { locate_in_tensor(t, offset, size) }?;
+            let src = if size == 0 {
+                &[][..]
+            } else {
+                // SAFETY: non-NULL; the caller passes `size` readable bytes.
+                unsafe { std::slice::from_raw_parts(data as *const u8, size) }
+            };
+            buf.write(o, src)
+        },
+    )
 }
 
 unsafe extern "C" fn get_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *const ggml_tensor,
     data: *mut c_void,
     offset: usize,
     size: usize,
 ) {
-    guard("get_tensor", (), || {
-        if data.is_null() && size > 0 {
-            return log::error("get_tensor: data is NULL");
-        }
-        report(
-            "get_tensor",
-            // SAFETY: ggml passes a tensor in this buffer and `size` writable bytes.
-            unsafe { locate(t, offset, size) }.and_then(|(b, o)| {
-                let dst = if size == 0 {
-                    &mut [][..]
-                } else {
-                    unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) }
-                };
-                b.read(o, dst)
-            }),
-        )
-    })
+    super::void_entry(
+        "get_tensor",
+        // SAFETY: ggml passes NULL or a valid tensor.
+        || unsafe { charge(b, t) },
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            if data.is_null() && size > 0 {
+                return Err(Error::InvalidArgument("data is NULL".into()));
+            }
+            // SAFETY: ggml passes NULL or a valid tensor.
+            let (buf, o) = unsafe { locate_in_tensor(t, offset, size) }?;
+            let dst = if size == 0 {
+                &mut [][..]
+            } else {
+                // SAFETY: non-NULL; the caller passes `size` writable bytes.
+                unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) }
+            };
+            buf.read(o, dst)
+        },
+    )
 }
 
 unsafe extern "C" fn cpy_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     src: *const ggml_tensor,
     dst: *mut ggml_tensor,
 ) -> bool {
     guard("cpy_tensor", false, || {
+        if ours(b).is_none() || src.is_null() || dst.is_null() {
+            log::error("cpy_tensor: NULL or foreign buffer or tensor");
+            return false;
+        }
         // SAFETY: ggml passes valid tensors; src may live anywhere, and `locate`
         // only accepts data inside polycl's registered buffers.
         unsafe {
@@ -197,11 +276,14 @@ unsafe extern "C" fn cpy_tensor(
 }
 
 unsafe extern "C" fn clear(b: ggml_backend_buffer_t, value: u8) {
-    guard("clear", (), || {
-        // SAFETY: ggml passes our buffer.
-        let buf = &unsafe { ctx(b) }.buf;
-        report("clear", buf.fill(0, buf.size, value))
-    })
+    super::void_entry(
+        "clear",
+        || ours(b).map(|c| c.buf.device.clone()),
+        || {
+            let c = ours(b).ok_or_else(not_ours)?;
+            c.buf.fill(0, c.buf.size, value)
+        },
+    )
 }
 
 /// ggml_nbytes for a contiguous-or-strided tensor.

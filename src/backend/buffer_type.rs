@@ -50,9 +50,21 @@ pub unsafe fn ctx<'a>(buft: ggml_backend_buffer_type_t) -> &'a BuftCtx {
     unsafe { &*((*buft).context as *const BuftCtx) }
 }
 
+/// `buft`'s context if it is one of polycl's buffer types; None (and a log
+/// line) for NULL or a foreign one.
+fn ours<'a>(buft: ggml_backend_buffer_type_t) -> Option<&'a BuftCtx> {
+    if buft.is_null() || !is_ours(buft) {
+        log::error("a buffer type entry was called with NULL or a buffer type that is not polycl's");
+        return None;
+    }
+    // SAFETY: one of polycl's buffer types, valid for the whole process.
+    Some(unsafe { ctx(buft) })
+}
+
 unsafe extern "C" fn get_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
-    // SAFETY: ggml passes our buffer type.
-    unsafe { ctx(buft) }.name.as_ptr()
+    guard("buft get_name", std::ptr::null(), || {
+        ours(buft).map_or(std::ptr::null(), |c| c.name.as_ptr())
+    })
 }
 
 unsafe extern "C" fn alloc_buffer(
@@ -60,10 +72,12 @@ unsafe extern "C" fn alloc_buffer(
     size: usize,
 ) -> ggml_backend_buffer_t {
     guard("alloc_buffer", std::ptr::null_mut(), || {
-        // SAFETY: ggml passes our buffer type.
-        let c = unsafe { ctx(buft) };
+        let Some(c) = ours(buft) else {
+            return std::ptr::null_mut();
+        };
         match DeviceBuffer::alloc(&c.dev, size) {
-            Ok(b) => buffer::wrap(buft, b),
+            // SAFETY: ggml passed our buffer type.
+            Ok(b) => unsafe { buffer::wrap(buft, b) },
             Err(e) => {
                 log::error(&format!("{e}"));
                 std::ptr::null_mut()
@@ -73,10 +87,9 @@ unsafe extern "C" fn alloc_buffer(
 }
 
 unsafe extern "C" fn get_alignment(_: ggml_backend_buffer_type_t) -> usize {
-    BUFFER_ALIGNMENT
+    guard("buft get_alignment", BUFFER_ALIGNMENT, || BUFFER_ALIGNMENT)
 }
 
 unsafe extern "C" fn get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-    // SAFETY: ggml passes our buffer type.
-    unsafe { ctx(buft) }.dev.max_alloc
+    guard("buft get_max_size", 0, || ours(buft).map_or(0, |c| c.dev.max_alloc))
 }

@@ -5,7 +5,7 @@ use super::device;
 use crate::capi::boundary::guard;
 use crate::config;
 use crate::decoder::ggml_graph::{fingerprint, GgmlGraph, Memory};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::frontend;
 use crate::ggml::abi::*;
 use crate::log;
@@ -14,7 +14,7 @@ use crate::plan::{cache::PlanCache, Plan};
 use crate::runtime::Device;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub struct BackendCtx {
@@ -23,22 +23,30 @@ pub struct BackendCtx {
     pub plans: Mutex<PlanCache>,
     /// Set when a void entry (synchronize) failed: the next compute reports it.
     pub failed: AtomicBool,
+    /// The device's `failures` count already reported by this backend.
+    pub seen_failures: AtomicU64,
 }
 
 static GUID: [u8; 16] = *b"polycl-opencl-01";
 
+/// # Safety
+/// `dev` must be one of polycl's devices (ggml calls it through the device vtable).
 pub unsafe extern "C" fn init_backend(
     dev: ggml_backend_dev_t,
     _params: *const c_char,
 ) -> ggml_backend_t {
     guard("init_backend", std::ptr::null_mut(), || {
-        // SAFETY: ggml passes one of our devices.
-        let dc = unsafe { device::ctx(dev) };
+        let Some(dc) = device::ours(dev) else {
+            return std::ptr::null_mut();
+        };
+        // Failures charged before this backend existed are not its to report:
+        // a fresh backend starts clean.
         let ctx = Box::into_raw(Box::new(BackendCtx {
             dev: dc.dev.clone(),
             name: dc.name.clone(),
             plans: Mutex::new(PlanCache::new(config::get().plan_cache_size)),
             failed: AtomicBool::new(false),
+            seen_failures: AtomicU64::new(dc.dev.failures.load(Ordering::Relaxed)),
         }));
         Box::into_raw(Box::new(ggml_backend {
             guid: &GUID as *const [u8; 16] as *mut [u8; 16],
@@ -66,21 +74,33 @@ pub unsafe extern "C" fn init_backend(
     })
 }
 
-/// # Safety
-/// `b` must be one of polycl's backends.
-unsafe fn ctx<'a>(b: ggml_backend_t) -> &'a BackendCtx {
-    // SAFETY: our backends carry a BackendCtx.
-    unsafe { &*((*b).context as *const BackendCtx) }
+/// `b`'s context if it is one of polycl's backends (non-NULL, polycl's GUID,
+/// a context); None for anything else, which every entry refuses.
+fn ours<'a>(b: ggml_backend_t) -> Option<&'a BackendCtx> {
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; ggml passes a live backend struct.
+    let (guid, context) = unsafe { ((*b).guid, (*b).context) };
+    if context.is_null() || !std::ptr::eq(guid as *const [u8; 16], &GUID) {
+        return None;
+    }
+    // SAFETY: polycl's backends carry a BackendCtx.
+    Some(unsafe { &*(context as *const BackendCtx) })
 }
 
 unsafe extern "C" fn get_name(b: ggml_backend_t) -> *const c_char {
-    // SAFETY: ggml passes our backend.
-    unsafe { ctx(b) }.name.as_ptr()
+    guard("backend get_name", std::ptr::null(), || {
+        ours(b).map_or(std::ptr::null(), |c| c.name.as_ptr())
+    })
 }
 
 unsafe extern "C" fn free(b: ggml_backend_t) {
     guard("backend free", (), || {
-        // SAFETY: ggml frees each backend once; we own both boxes.
+        if ours(b).is_none() {
+            return log::error("backend free: NULL or not a polycl backend");
+        }
+        // SAFETY: ours; ggml frees each backend once; we own both boxes.
         unsafe {
             let c = Box::from_raw((*b).context as *mut BackendCtx);
             let _ = c.dev.synchronize();
@@ -92,8 +112,9 @@ unsafe extern "C" fn free(b: ggml_backend_t) {
 
 unsafe extern "C" fn synchronize(b: ggml_backend_t) {
     guard("synchronize", (), || {
-        // SAFETY: ggml passes our backend.
-        let c = unsafe { ctx(b) };
+        let Some(c) = ours(b) else {
+            return log::error("synchronize: NULL or not a polycl backend");
+        };
         if let Err(e) = c.dev.synchronize() {
             log::error(&format!("{}: synchronize: {e}", c.dev.name));
             c.failed.store(true, Ordering::Relaxed);
@@ -101,7 +122,36 @@ unsafe extern "C" fn synchronize(b: ggml_backend_t) {
     })
 }
 
-pub unsafe extern "C" fn set_n_threads(_: ggml_backend_t, _: c_int) {}
+/// # Safety
+/// Any arguments: polycl has no host threads to size, so this does nothing.
+pub unsafe extern "C" fn set_n_threads(_: ggml_backend_t, _: c_int) {
+    guard("set_n_threads", (), || {})
+}
+
+/// Refuses cgraphs whose node list cannot be walked (NULL graph, NULL node
+/// array or node), before the decoder and the fingerprint walk it.
+///
+/// # Safety
+/// `g` is NULL or points to a cgraph struct.
+unsafe fn check_graph(g: *const ggml_cgraph) -> Result<()> {
+    if g.is_null() {
+        return Err(Error::InvalidArgument("graph is NULL".into()));
+    }
+    // SAFETY: non-NULL.
+    let (n, nodes) = unsafe { ((*g).n_nodes, (*g).nodes) };
+    if n < 0 || (n > 0 && nodes.is_null()) {
+        return Err(Error::InvalidGraph(format!(
+            "{n} nodes at a NULL node array"
+        )));
+    }
+    for i in 0..n as usize {
+        // SAFETY: nodes holds n entries.
+        if unsafe { *nodes.add(i) }.is_null() {
+            return Err(Error::InvalidGraph(format!("node {i} is NULL")));
+        }
+    }
+    Ok(())
+}
 
 fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     // SAFETY: ggml passes a valid cgraph whose tensors live in our buffers.
@@ -128,14 +178,22 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
 
 unsafe extern "C" fn graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> c_int {
     guard("graph_compute", STATUS_FAILED, || {
-        if b.is_null() || g.is_null() {
-            log::error("graph_compute: NULL backend or graph");
+        let Some(c) = ours(b) else {
+            log::error("graph_compute: NULL or not a polycl backend");
+            return STATUS_FAILED;
+        };
+        let charged = c.dev.failures.load(Ordering::Relaxed);
+        let earlier = c.seen_failures.swap(charged, Ordering::Relaxed) != charged;
+        if c.failed.swap(false, Ordering::Relaxed) || earlier {
+            log::error(&format!(
+                "{}: an earlier operation (transfer, synchronize) failed",
+                c.dev.name
+            ));
             return STATUS_FAILED;
         }
-        // SAFETY: ggml passes our backend.
-        let c = unsafe { ctx(b) };
-        if c.failed.swap(false, Ordering::Relaxed) {
-            log::error(&format!("{}: an earlier operation failed", c.dev.name));
+        // SAFETY: NULL is refused; otherwise ggml passes a valid cgraph.
+        if let Err(e) = unsafe { check_graph(g) } {
+            log::error(&format!("{}: graph_compute: {e}", c.dev.name));
             return STATUS_FAILED;
         }
         match compute(c, g) {

@@ -10,7 +10,7 @@ pub struct OpParams(pub [i32; 16]);
 impl OpParams {
     /// From the C decoder interface: at most 64 bytes, a multiple of 4.
     pub fn from_bytes(bytes: &[u8]) -> Result<OpParams> {
-        if bytes.len() > 64 || bytes.len() % 4 != 0 {
+        if bytes.len() > 64 || !bytes.len().is_multiple_of(4) {
             return Err(Error::InvalidGraph(format!(
                 "op_params of {} bytes: expected a multiple of 4 up to 64",
                 bytes.len()

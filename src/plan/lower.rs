@@ -4,38 +4,12 @@
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64, Q4K, Q4_0, Q6K, Q8_0};
-use crate::ir::{BinaryOp, GluKind, Graph, Node, Op, RopeMode, UnaryOp};
+use crate::ir::{BinaryOp, GluKind, Node, Op, RopeMode, UnaryOp};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use crate::runtime::program::kernel;
 
 /// Work-group size of the row kernels (norm, softmax, sum_rows) and flash attention.
 pub const ROW_WG: usize = 64;
-/// Work-group size of the matrix-vector kernels: one group per output element.
-pub const MM_WG: usize = 32;
-
-/// How a weight type wants its activations: format name and bytes per row.
-fn activation_format(w: GgmlType, ne10: i64) -> Option<(&'static str, u64)> {
-    match w {
-        F32 => None,
-        F16 => Some(("kernel_convert_f16", 2 * ne10 as u64)),
-        Q4_0 | Q8_0 => Some(("kernel_quantize_q8_1", (ne10 as u64 / 32) * 36)),
-        Q4K | Q6K => Some(("kernel_quantize_q8_k", (ne10 as u64 / 256) * 292)),
-        _ => None,
-    }
-}
-
-/// Scratch bytes a node needs (converted activations of a matmul).
-pub fn scratch_bytes(g: &Graph, n: &Node) -> usize {
-    if n.op != Op::MulMat {
-        return 0;
-    }
-    let w = g.ty(n.inputs[0]);
-    let x = g.ty(n.inputs[1]);
-    match activation_format(w.dtype, x.ne[0]) {
-        Some((_, row)) => (row * (x.ne[1] * x.ne[2] * x.ne[3]) as u64) as usize,
-        None => 0,
-    }
-}
 
 fn nelements(t: &Operand) -> usize {
     t.ne.iter().product::<i64>().max(0) as usize
@@ -45,7 +19,7 @@ fn rows_grid(t: &Operand) -> [usize; 3] {
     [ROW_WG, t.ne[1] as usize, (t.ne[2] * t.ne[3]) as usize]
 }
 
-fn flat(
+pub(super) fn flat(
     b: &Binder,
     program: &'static str,
     name: &str,
@@ -64,7 +38,7 @@ fn flat(
     })
 }
 
-fn grid(
+pub(super) fn grid(
     b: &Binder,
     program: &'static str,
     name: &str,
@@ -84,7 +58,7 @@ fn grid(
     })
 }
 
-fn type_suffix(t: GgmlType) -> Result<&'static str> {
+pub(super) fn type_suffix(t: GgmlType) -> Result<&'static str> {
     Ok(match t {
         F32 => "f32",
         F16 => "f16",
@@ -399,7 +373,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             })?);
             Ok(())
         }
-        Op::MulMat => lower_mul_mat(b, n, v, out),
+        Op::MulMat => super::mul_mat::lower(b, n, v, out),
         Op::FlashAttn {
             scale,
             max_bias,
@@ -450,79 +424,6 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             Ok(())
         }
     }
-}
-
-fn lower_mul_mat(
-    b: &mut Binder,
-    n: &Node,
-    v: crate::ir::Value,
-    out: &mut Vec<Launch>,
-) -> Result<()> {
-    let g = b.graph;
-    let wt = g.ty(n.inputs[0]).dtype;
-    let w = b.operand(n.inputs[0])?;
-    let x = b.operand(n.inputs[1])?;
-    let dst = b.operand(v)?;
-    let mm_name = format!("kernel_mul_mat_{}", type_suffix(wt)?);
-    let (act_mem, act_off, act_nb) = match activation_format(wt, x.ne[0]) {
-        None => (x.mem, x.offset, x.nb),
-        Some((convert, row)) => {
-            let (scratch, _) = b
-                .scratch
-                .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
-            let blocks = match convert {
-                "kernel_convert_f16" => x.ne[0],
-                "kernel_quantize_q8_1" => x.ne[0] / 32,
-                _ => x.ne[0] / 256,
-            };
-            let global = [
-                blocks as usize,
-                x.ne[1] as usize,
-                (x.ne[2] * x.ne[3]) as usize,
-            ];
-            out.push(grid(
-                b,
-                "mul_mat",
-                convert,
-                global,
-                None,
-                "quantize",
-                |a| {
-                    a.tensor(&x)?.ptr(scratch, 0)?;
-                    Ok(())
-                },
-            )?);
-            let nb = [
-                0,
-                row,
-                row * x.ne[1] as u64,
-                row * (x.ne[1] * x.ne[2]) as u64,
-            ];
-            (scratch, 0u64, nb)
-        }
-    };
-    let global = [
-        MM_WG * w.ne[1] as usize,
-        x.ne[1] as usize,
-        (x.ne[2] * x.ne[3]) as usize,
-    ];
-    out.push(grid(
-        b,
-        "mul_mat",
-        &mm_name,
-        global,
-        Some([MM_WG, 1, 1]),
-        "mul_mat",
-        |a| {
-            a.tensor(&w)?
-                .ptr(act_mem, act_off)?
-                .u64x4(act_nb)?
-                .i64x4(x.ne)?
-                .tensor(&dst)?;
-            Ok(())
-        },
-    )?);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ pub mod cache;
 pub mod internal;
 pub mod lower;
 pub mod lower_state;
+pub mod mul_mat;
+pub mod mul_mv;
 pub mod request;
 
 use crate::error::{Error, Result};
@@ -79,12 +81,26 @@ impl<'g> Binder<'g> {
     }
 }
 
+/// Plans alive in the process (every backend's cache and every request):
+/// a leak test asserts it stays bounded.
+static LIVE_PLANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub fn live_plans() -> usize {
+    LIVE_PLANS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        LIVE_PLANS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Plan {
     pub fn build(graph: &Graph, device: &Arc<Device>) -> Result<Plan> {
         let scratch_bytes = graph
             .nodes
             .iter()
-            .map(|n| lower::scratch_bytes(graph, n))
+            .map(|n| mul_mat::scratch_bytes(graph, n))
             .max()
             .unwrap_or(0);
         let scratch = if scratch_bytes > 0 {
@@ -102,6 +118,7 @@ impl Plan {
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
+        LIVE_PLANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Plan {
             device: device.clone(),
             launches,

@@ -14,7 +14,7 @@ use opencl3::types::{cl_event, cl_int, CL_BLOCKING};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Alignment polycl asks ggml for; kernels take explicit byte offsets, so this
@@ -26,6 +26,36 @@ static NEXT_FAKE_BASE: AtomicU64 = AtomicU64::new(FAKE_BASE_START);
 /// Bumped whenever a buffer is released, so plan caches can drop plans that
 /// reference it.
 static FREE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Device buffers alive (registered or scratch) and their bytes: what a
+/// leak test watches, since memory is held until the last plan drops it.
+static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+fn count_new(size: usize) {
+    LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+    LIVE_BYTES.fetch_add(size, Ordering::Relaxed);
+}
+
+/// (device buffers alive, their bytes), over every device.
+pub fn live() -> (usize, usize) {
+    (
+        LIVE_BUFFERS.load(Ordering::Relaxed),
+        LIVE_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// Registered (ggml-visible and request) buffers, over every device.
+pub fn registered() -> usize {
+    registry().lock().len()
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(self.size, Ordering::Relaxed);
+    }
+}
 
 pub struct DeviceBuffer {
     /// Fake base address; also the buffer's id in IR memory references.
@@ -55,6 +85,9 @@ impl DeviceBuffer {
                 device.max_alloc
             )));
         }
+        if crate::fault::alloc() {
+            return Err(oom("refused by POLYCL_FAULT=alloc".into()));
+        }
         if let Some(limit) = config::get().mem_limit {
             let used = device.allocated.load(Ordering::Relaxed);
             if used + size > limit {
@@ -75,6 +108,7 @@ impl DeviceBuffer {
         .map_err(|e| oom(format!("clCreateBuffer status {}", e.0)))?;
         let span = (size as u64).div_ceil(4096) * 4096 + 4096;
         let base = NEXT_FAKE_BASE.fetch_add(span, Ordering::Relaxed);
+        count_new(size);
         let buf = Arc::new(DeviceBuffer {
             base,
             size,
@@ -89,6 +123,13 @@ impl DeviceBuffer {
     /// Allocates and registers nothing: scratch memory owned by a plan.
     pub fn alloc_scratch(device: &Arc<Device>, size: usize) -> Result<DeviceBuffer> {
         let size = size.max(1);
+        if crate::fault::alloc() {
+            return Err(Error::OutOfMemory {
+                device: device.index,
+                bytes: size,
+                detail: "scratch: refused by POLYCL_FAULT=alloc".into(),
+            });
+        }
         // SAFETY: as in alloc.
         let mem = unsafe {
             Buffer::<u8>::create(
@@ -103,6 +144,7 @@ impl DeviceBuffer {
             bytes: size,
             detail: format!("scratch: clCreateBuffer status {}", e.0),
         })?;
+        count_new(size);
         Ok(DeviceBuffer {
             base: 0,
             size,
@@ -134,6 +176,13 @@ impl DeviceBuffer {
         } else {
             None
         }
+    }
+
+    /// A fresh fake address range of `size` bytes that no buffer will ever
+    /// use (for buffers whose memory lives elsewhere, like split buffers).
+    pub fn reserve_addresses(size: usize) -> u64 {
+        let span = (size as u64).div_ceil(4096) * 4096 + 4096;
+        NEXT_FAKE_BASE.fetch_add(span, Ordering::Relaxed)
     }
 
     pub fn free_epoch() -> u64 {
@@ -245,7 +294,7 @@ impl DeviceBuffer {
     }
 
     pub fn cl_mem(&self) -> *mut c_void {
-        self.mem.get() as *mut c_void
+        self.mem.get()
     }
 }
 

@@ -32,6 +32,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")],
     ),
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
+    ("mul_mv", &[COMMON, include_str!("kernels/mul_mv.cl")]),
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
@@ -40,7 +41,14 @@ const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
 pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
     let mut program =
         Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
-    if let Err(e) = program.build(&[device.cl.id()], BUILD_OPTIONS) {
+    // Vendor-specific code paths (inline PTX) are chosen per device here, at
+    // run time, never when polycl is compiled.
+    let options = if device.is_nvidia {
+        format!("{BUILD_OPTIONS} -DPOLYCL_NVIDIA=1")
+    } else {
+        BUILD_OPTIONS.to_string()
+    };
+    if let Err(e) = program.build(&[device.cl.id()], &options) {
         let log = program.get_build_log(device.cl.id()).unwrap_or_default();
         return Err(Error::Build {
             program: name.to_string(),
@@ -56,6 +64,12 @@ pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program
 
 /// The built program `name` for `device`, from the cache or built now.
 pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
+    if crate::fault::build() {
+        return Err(Error::Build {
+            program: name.to_string(),
+            log: "refused by POLYCL_FAULT=build".into(),
+        });
+    }
     if let Some(p) = device.programs.lock().get(name) {
         return Ok(p.clone());
     }

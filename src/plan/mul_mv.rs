@@ -1,0 +1,62 @@
+//! Device-specific matrix-vector kernels for the decode shape, chosen at plan
+//! time by device capability; the portable kernels in `mul_mat.cl` stay the
+//! fallback everywhere. On CPU OpenCL devices (PoCL) the portable kernels are
+//! kept because they reproduce ggml's CPU backend bit for bit; GPUs get the
+//! fast kernels of `mul_mv.cl` (`POLYCL_FAST_KERNELS` overrides the choice).
+
+use super::mul_mat::MatmulKernel;
+use crate::config;
+use crate::ggml::types::GgmlType::{self, F16, Q4_0, Q8_0};
+use crate::runtime::executor::Operand;
+use crate::runtime::Device;
+
+/// Rows per work-group and lanes per row of `mul_mv.cl`.
+const MV_ROWS: usize = 4;
+const MV_LANES: usize = 32;
+/// Batches up to this many columns use the matrix-vector kernels; larger ones
+/// the 64x64-tile matrix-matrix kernels (16x16 work-items).
+const MAX_MV_BATCH: i64 = 8;
+const MM_TILE: usize = 64;
+const MM_T: usize = 16;
+
+fn wanted(device: &Device) -> bool {
+    config::get().fast_kernels.unwrap_or(device.is_gpu)
+}
+
+/// A faster kernel for weights `w` times activations `x` on `device`, if one applies.
+pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Option<MatmulKernel> {
+    if !wanted(device) {
+        return None;
+    }
+    if x.ne[1] > MAX_MV_BATCH {
+        let name = match wtype {
+            Q4_0 => "kernel_mul_mm_q4_0",
+            Q8_0 => "kernel_mul_mm_q8_0",
+            _ => return None,
+        };
+        let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;
+        return Some(MatmulKernel {
+            program: "mul_mv",
+            name: name.to_string(),
+            global: [tiles(w.ne[1]), tiles(x.ne[1]), (x.ne[2] * x.ne[3]) as usize],
+            local: [MM_T, MM_T, 1],
+        });
+    }
+    let name = match wtype {
+        Q4_0 => "kernel_mul_mv_q4_0",
+        Q8_0 => "kernel_mul_mv_q8_0",
+        F16 => "kernel_mul_mv_f16",
+        _ => return None,
+    };
+    let groups = (w.ne[1] as usize).div_ceil(MV_ROWS);
+    Some(MatmulKernel {
+        program: "mul_mv",
+        name: name.to_string(),
+        global: [
+            groups * MV_ROWS * MV_LANES,
+            x.ne[1] as usize,
+            (x.ne[2] * x.ne[3]) as usize,
+        ],
+        local: [MV_ROWS * MV_LANES, 1, 1],
+    })
+}

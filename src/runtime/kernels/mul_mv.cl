@@ -1,0 +1,253 @@
+// Fast matrix-vector kernels for the decode shape (common.cl + this file).
+//
+// Same arguments as kernel_mul_mat_* in mul_mat.cl, so the planner can swap
+// them in per device. One 32-lane group per weight row, MV_ROWS rows per
+// work-group; lanes stride over the row's blocks (consecutive lanes read
+// consecutive blocks: coalesced), integer dot products per block against the
+// Q8_1 activations, float scaling, then a sum over the 32 lanes. Results equal
+// the portable kernels up to float summation order (not bit-exact with the CPU
+// backend, which is why PoCL keeps the portable kernels).
+//
+// Built with -DPOLYCL_NVIDIA on NVIDIA devices: dp4a and warp shuffles in
+// inline PTX. Elsewhere the same code runs with portable fallbacks.
+
+#define MV_LANES 32
+#define MV_ROWS 4
+#define QK 32
+#define Q8_1_BLOCK 36
+
+#ifdef POLYCL_NVIDIA
+inline int dot4(int a, int b, int c) {
+    int r;
+    asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+inline float lane_sum(float v, __local float *scratch) {
+    (void)scratch;
+    for (int m = 16; m >= 1; m >>= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+        v += o;
+    }
+    return v;
+}
+#else
+inline int dot4(int a, int b, int c) {
+    const char4 x = as_char4(a);
+    const char4 y = as_char4(b);
+    return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+// Sum over the 32 lanes of this row group through local memory; every lane
+// gets the total. `scratch` holds MV_LANES floats per row group.
+inline float lane_sum(float v, __local float *scratch) {
+    const int lane = get_local_id(0) % MV_LANES;
+    scratch[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = MV_LANES / 2; s > 0; s >>= 1) {
+        if (lane < s) scratch[lane] += scratch[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+#endif
+
+// Four packed bytes from a 2-byte aligned address.
+inline int load_i32_a2(const __global char *p) {
+    const ushort2 u = vload2(0, (const __global ushort *)p);
+    return (int)u.x | ((int)u.y << 16);
+}
+
+// The common frame: which row, which activation row, and where to write.
+#define MV_PROLOGUE                                                                   \
+    const int lane = get_local_id(0) % MV_LANES;                                      \
+    const int group = get_local_id(0) / MV_LANES;                                     \
+    const long i01 = get_group_id(0) * MV_ROWS + group;                               \
+    const long i11 = get_global_id(1);                                                \
+    const long i12 = get_global_id(2) % b_ne.s2;                                      \
+    const long i13 = get_global_id(2) / b_ne.s2;                                      \
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2);                                       \
+    const long i03 = i13 / (b_ne.s3 / w_ne.s3);                                       \
+    __local float scratch_all[MV_ROWS * MV_LANES];                                    \
+    __local float *scratch = scratch_all + group * MV_LANES;                          \
+    const bool live = i01 < w_ne.s1;                                                  \
+    const __global char *wrow = AT(w, 0, live ? i01 : 0, i02, i03);                   \
+    const __global char *arow = act + act_off + i11 * act_nb.s1 + i12 * act_nb.s2 +   \
+                                i13 * act_nb.s3;                                      \
+    const long nblocks = w_ne.s0 / QK;
+
+#define MV_EPILOGUE                                                                   \
+    const float total = lane_sum(sum, scratch);                                       \
+    if (live && lane == 0) store_f32(AT(dst, i01, i11, i12, i13), total);
+
+// Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
+kernel void kernel_mul_mv_q4_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
+                               long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    float sum = 0.0f;
+    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
+        const __global char *wb = wrow + ib * 18;
+        const __global char *ab = arow + ib * Q8_1_BLOCK;
+        const float dw = vload_half(0, (const __global half *)wb);
+        const float da = vload_half(0, (const __global half *)ab);
+        const float sa = vload_half(1, (const __global half *)ab);
+        const int8 a = vload8(0, (const __global int *)(ab + 4));
+        int isum = 0;
+        int q = load_i32_a2(wb + 2);
+        isum = dot4(q & 0x0F0F0F0F, a.s0, isum);
+        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s4, isum);
+        q = load_i32_a2(wb + 6);
+        isum = dot4(q & 0x0F0F0F0F, a.s1, isum);
+        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s5, isum);
+        q = load_i32_a2(wb + 10);
+        isum = dot4(q & 0x0F0F0F0F, a.s2, isum);
+        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s6, isum);
+        q = load_i32_a2(wb + 14);
+        isum = dot4(q & 0x0F0F0F0F, a.s3, isum);
+        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s7, isum);
+        sum += dw * (da * (float)isum - 8.0f * sa);
+    }
+    MV_EPILOGUE
+}
+
+// Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
+kernel void kernel_mul_mv_q8_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
+                               long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    float sum = 0.0f;
+    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
+        const __global char *wb = wrow + ib * 34;
+        const __global char *ab = arow + ib * Q8_1_BLOCK;
+        const float dw = vload_half(0, (const __global half *)wb);
+        const float da = vload_half(0, (const __global half *)ab);
+        const int8 a = vload8(0, (const __global int *)(ab + 4));
+        int isum = 0;
+        isum = dot4(load_i32_a2(wb + 2), a.s0, isum);
+        isum = dot4(load_i32_a2(wb + 6), a.s1, isum);
+        isum = dot4(load_i32_a2(wb + 10), a.s2, isum);
+        isum = dot4(load_i32_a2(wb + 14), a.s3, isum);
+        isum = dot4(load_i32_a2(wb + 18), a.s4, isum);
+        isum = dot4(load_i32_a2(wb + 22), a.s5, isum);
+        isum = dot4(load_i32_a2(wb + 26), a.s6, isum);
+        isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
+        sum += dw * da * (float)isum;
+    }
+    MV_EPILOGUE
+}
+
+// F16 weights x F16 activations (converted rows), float accumulation.
+kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
+                              long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    (void)nblocks;
+    float sum = 0.0f;
+    if (w_nb.s0 == 2) {
+        for (long i = lane * 2; i + 1 < w_ne.s0; i += 2 * MV_LANES) {
+            const float2 x = vload_half2(0, (const __global half *)(wrow + i * 2));
+            const float2 y = vload_half2(0, (const __global half *)(arow + i * 2));
+            sum += x.x * y.x + x.y * y.y;
+        }
+        if ((w_ne.s0 & 1) && lane == 0) {
+            const long i = w_ne.s0 - 1;
+            sum += vload_half(0, (const __global half *)(wrow + i * 2)) *
+                   vload_half(0, (const __global half *)(arow + i * 2));
+        }
+    } else {
+        for (long i = lane; i < w_ne.s0; i += MV_LANES) {
+            sum += vload_half(0, (const __global half *)(wrow + i * w_nb.s0)) *
+                   vload_half(0, (const __global half *)(arow + i * 2));
+        }
+    }
+    MV_EPILOGUE
+}
+
+// ---------------------------------------------------------------------------
+// Matrix-matrix kernels for batches (prompt processing): a 64x64 tile of
+// (weight rows x tokens) per work-group of 16x16, 4x4 outputs per work-item.
+// Each step stages one 32-element block of 64 weight rows and 64 activation
+// rows in local memory as packed int8, then every work-item keeps its 4 rows
+// and 4 tokens in registers for 128 dot4 products.
+// Launch: global {16*ceil(ne01/64), 16*ceil(ne11/64), ne12*ne13}, local {16,16,1}.
+// ---------------------------------------------------------------------------
+
+#define MM_TILE 64
+#define MM_T 16
+
+// Loads one weight block per row into packed ints: q4_0 nibbles as unsigned
+// bytes (elements 0-15 in ints 0-3, 16-31 in ints 4-7); q8_0 bytes as they are.
+inline void mm_stage_q4_0(const __global char *wb, __local int *dst8, __local float *d) {
+    *d = vload_half(0, (const __global half *)wb);
+    for (int k = 0; k < 4; ++k) {
+        const int q = load_i32_a2(wb + 2 + 4 * k);
+        dst8[k] = q & 0x0F0F0F0F;
+        dst8[4 + k] = (q >> 4) & 0x0F0F0F0F;
+    }
+}
+inline void mm_stage_q8_0(const __global char *wb, __local int *dst8, __local float *d) {
+    *d = vload_half(0, (const __global half *)wb);
+    for (int k = 0; k < 8; ++k) dst8[k] = load_i32_a2(wb + 2 + 4 * k);
+}
+
+#define MM_KERNEL(NAME, BLOCK_BYTES, STAGE, COMBINE)                                        \
+kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
+                 long4 b_ne, TENSOR(dst)) {                                                \
+    __local int lw[MM_TILE * 8];                                                           \
+    __local int la[MM_TILE * 8];                                                           \
+    __local float ldw[MM_TILE], lda[MM_TILE], lsa[MM_TILE];                                \
+    const int tx = get_local_id(0), ty = get_local_id(1);                                  \
+    const int tid = ty * MM_T + tx;                                                        \
+    const long row0 = get_group_id(0) * MM_TILE, tok0 = get_group_id(1) * MM_TILE;         \
+    const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;        \
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);           \
+    const long nblocks = w_ne.s0 / QK;                                                     \
+    float acc[4][4];                                                                       \
+    for (int i = 0; i < 4; ++i)                                                            \
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;                                      \
+    for (long ib = 0; ib < nblocks; ++ib) {                                                \
+        if (tid < MM_TILE) {                                                               \
+            const long r = min(row0 + tid, w_ne.s1 - 1);                                   \
+            STAGE(AT(w, 0, r, i02, i03) + ib * BLOCK_BYTES, lw + tid * 8, ldw + tid);      \
+        } else if (tid < 2 * MM_TILE) {                                                    \
+            const int t = tid - MM_TILE;                                                   \
+            const long tok = min(tok0 + t, b_ne.s1 - 1);                                   \
+            const __global char *ab = act + act_off + tok * act_nb.s1 + i12 * act_nb.s2 +  \
+                                      i13 * act_nb.s3 + ib * Q8_1_BLOCK;                   \
+            lda[t] = vload_half(0, (const __global half *)ab);                             \
+            lsa[t] = vload_half(1, (const __global half *)ab);                             \
+            const int8 a = vload8(0, (const __global int *)(ab + 4));                      \
+            vstore8(a, 0, la + t * 8);                                                     \
+        }                                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+        int8 wr[4], ar[4];                                                                 \
+        for (int i = 0; i < 4; ++i) wr[i] = vload8(0, lw + (tx + MM_T * i) * 8);           \
+        for (int j = 0; j < 4; ++j) ar[j] = vload8(0, la + (ty + MM_T * j) * 8);           \
+        for (int i = 0; i < 4; ++i) {                                                      \
+            const float dw = ldw[tx + MM_T * i];                                           \
+            for (int j = 0; j < 4; ++j) {                                                  \
+                int s = dot4(wr[i].s0, ar[j].s0, 0);                                       \
+                s = dot4(wr[i].s1, ar[j].s1, s);                                           \
+                s = dot4(wr[i].s2, ar[j].s2, s);                                           \
+                s = dot4(wr[i].s3, ar[j].s3, s);                                           \
+                s = dot4(wr[i].s4, ar[j].s4, s);                                           \
+                s = dot4(wr[i].s5, ar[j].s5, s);                                           \
+                s = dot4(wr[i].s6, ar[j].s6, s);                                           \
+                s = dot4(wr[i].s7, ar[j].s7, s);                                           \
+                const float da = lda[ty + MM_T * j], sa = lsa[ty + MM_T * j];              \
+                acc[i][j] += COMBINE;                                                      \
+            }                                                                              \
+        }                                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+    }                                                                                      \
+    for (int i = 0; i < 4; ++i) {                                                          \
+        const long r = row0 + tx + MM_T * i;                                               \
+        if (r >= w_ne.s1) continue;                                                        \
+        for (int j = 0; j < 4; ++j) {                                                      \
+            const long t = tok0 + ty + MM_T * j;                                           \
+            if (t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[i][j]);                \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+MM_KERNEL(kernel_mul_mm_q4_0, 18, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
+MM_KERNEL(kernel_mul_mm_q8_0, 34, mm_stage_q8_0, dw * da * (float)s)
