@@ -5,6 +5,7 @@
 //! | `POLYCL_DEVICES` | comma list of indices into the usable OpenCL devices, e.g. `0,2` | which devices become POLYCL0, POLYCL1, ... (default: all) |
 //! | `POLYCL_LOG` | `0` or `1` | `1` logs debug lines (plans built, cache hits) |
 //! | `POLYCL_PLAN_CACHE` | positive integer | plans kept per backend (default 64) |
+//! | `POLYCL_PROGRAM_CACHE` | a folder, or `0` | where built kernel binaries are kept across runs (default `$XDG_CACHE_HOME/polycl` or `~/.cache/polycl`); `0` disables |
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
@@ -22,6 +23,7 @@ pub struct Config {
     /// Injected faults (`POLYCL_FAULT`), for reliability tests.
     pub faults: Vec<crate::fault::Fault>,
     pub fast_kernels: Option<bool>,
+    pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
     /// Problems found while reading; logged once at init, each names its variable.
@@ -59,6 +61,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
+    c.program_cache_dir = match get("POLYCL_PROGRAM_CACHE") {
+        Some(v) if v.trim() == "0" => None,
+        Some(v) if !v.trim().is_empty() => Some(std::path::PathBuf::from(v.trim())),
+        _ => get("XDG_CACHE_HOME")
+            .filter(|x| !x.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| get("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("polycl")),
+    };
     if let Some(v) = get("POLYCL_FAST_KERNELS") {
         match v.trim() {
             "0" => c.fast_kernels = Some(false),

@@ -2,9 +2,12 @@
 //! kernels (`kernels/*.cl`), quant formats and the executor. The only room with
 //! OpenCL `unsafe`.
 
+pub mod binary_cache;
 pub mod buffer;
+pub mod counters;
 pub mod device;
 pub mod executor;
+pub mod peer;
 pub mod program;
 pub mod quant;
 

@@ -48,6 +48,9 @@ pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program
     } else {
         BUILD_OPTIONS.to_string()
     };
+    if let Some(cached) = super::binary_cache::load(device, source, &options) {
+        return Ok(cached);
+    }
     if let Err(e) = program.build(&[device.cl.id()], &options) {
         let log = program.get_build_log(device.cl.id()).unwrap_or_default();
         return Err(Error::Build {
@@ -59,6 +62,7 @@ pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program
             },
         });
     }
+    super::binary_cache::store(device, source, &options, &program);
     Ok(program)
 }
 
