@@ -13,7 +13,7 @@ mkdir -p "$W" /tmp/o /tmp/icd
 for f in .ocl/*.deb; do dpkg -x "$f" /tmp/o; done
 echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd
 export OCL_ICD_VENDORS=/tmp/icd LD_LIBRARY_PATH=/tmp/o/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-LIB=$PWD/target/release/libggml-polycl.so
+LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
 BIN=$W/build/bin
 
 build() {
@@ -26,22 +26,55 @@ build() {
   echo "build rc=$?" >> "$W/build.log"
 }
 
-bench_one() { # model, label
-  local m=$1 label=$2 cuda polycl
-  cuda=$("$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv 2>/dev/null | tail -n +2)
-  polycl=$(GGML_BACKEND_PATH=$LIB "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv 2>"$W/polycl-$label.err" | tail -n +2)
-  echo "== $label"
-  echo "CUDA:";   echo "$cuda"   | awk -F, '{print "  " $0}' | cut -c1-400
-  echo "polycl:"; echo "$polycl" | awk -F, '{print "  " $0}' | cut -c1-400
-  tail -3 "$W/polycl-$label.err"
+bench_one() { # model, label: both backends, same flags; prints t/s and ratios
+  local m=$1 label=$2
+  "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 3 -o csv > "$W/cuda-$label.csv" 2>/dev/null
+  GGML_BACKEND_PATH=$LIB "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 3 -o csv \
+    > "$W/polycl-$label.csv" 2>"$W/polycl-$label.err"
+  python3 - "$W/cuda-$label.csv" "$W/polycl-$label.csv" "$label" <<'PY'
+import csv, sys
+def rows(p):
+    out = {}
+    for r in csv.DictReader(open(p)):
+        test = "pp%s" % r["n_prompt"] if r["n_prompt"] != "0" else "tg%s" % r["n_gen"]
+        out[(test, r["flash_attn"])] = float(r["avg_ts"])
+    return out
+c, p = rows(sys.argv[1]), rows(sys.argv[2])
+print("== %s" % sys.argv[3])
+print("%-8s %-3s %12s %12s %8s" % ("test", "fa", "CUDA t/s", "polycl t/s", "ratio"))
+for k in sorted(c):
+    pv = p.get(k, 0.0)
+    print("%-8s %-3s %12.1f %12.1f %8.3f" % (k[0], k[1], c[k], pv, pv / c[k]))
+PY
+  tail -2 "$W/polycl-$label.err"
+}
+
+greedy_check() { # same greedy tokens from CUDA and polycl on the small test models
+  # (scripts/models.sh output copied to target/gpu/models and carried along)
+  local src=$W/vendor/llama.cpp m fa a b
+  cc -O2 -o "$W/greedy" examples/greedy.c -I"$src/include" -I"$src/ggml/include" -L"$BIN" \
+    -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN" || return
+  for m in target/gpu/models/*.gguf; do
+    for fa in on off; do
+      # The CUDA backend is loaded as "the" GGML_BACKEND_PATH library for the reference.
+      a=$(GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      b=$(GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      if [[ -n "$a" && "$a" == "$b" ]]; then echo "greedy $(basename "$m") fa=$fa: same tokens"
+      else echo "greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  CUDA   $a"; echo "  polycl $b"; fi
+    done
+  done
 }
 
 case ${stage:-bench} in
-  build) setsid bash -c "$(declare -f build); W=$W build" > /dev/null 2>&1 & echo started ;;
+  build) time build; tail -3 "$W/build.log" ;;
   status) tail -3 "$W/build.log" 2>/dev/null ;;
+  greedy) greedy_check ;;
   bench)
     [[ -f $W/m7-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0
     [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0
+    [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
-    bench_one "$W/m1-q4_0.gguf" 1b-q4_0 ;;
+    bench_one "$W/m7-q8_0.gguf" 7b-q8_0
+    bench_one "$W/m1-q4_0.gguf" 1b-q4_0
+    greedy_check ;;
 esac
