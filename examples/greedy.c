@@ -1,12 +1,19 @@
-// greedy: greedy text generation through llama.cpp on one chosen ggml device.
+// greedy: greedy text generation through llama.cpp on one or more chosen ggml devices.
 //
 //   greedy --list-devices          (name, type, description, memory of every ggml device)
-//   greedy -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t T]
-//          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [-v]
+//   greedy -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor] [--ts A/B/...]
+//          [--fa on|off] [-n N] [-b B] [-t T] (-p TEXT | --prompt-tokens P) [--warmup]
+//          [--margins] [--top K] [--logits FILE] [-v]
 //
 // --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
 //              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
+// --dev A/B    several devices (up to 16), split as --sm says;
 // --dev none   no offload device: the CPU backend computes everything (the reference).
+// --sm MODE    llama's split mode over the devices (default layer, llama's default);
+//              tensor needs flash attention (--fa on).
+// --ts A/B     tensor-split ratios, one per device (llama's -ts); default: none (all zero).
+// --logits F   writes the float logits of every generation step to F (raw, n_vocab floats per
+//              step), so runs can be compared bit for bit.
 // The prompt is decoded in batches of B tokens (n_batch = n_ubatch = B), then N tokens are
 // generated one per llama_decode by argmax over the logits (lowest id wins a tie).
 //
@@ -37,8 +44,10 @@
 static void usage(const char * argv0) {
     fprintf(stderr,
             "usage: %s --list-devices\n"
-            "       %s -m MODEL [--dev NAME|none] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
-            "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [-v]\n",
+            "       %s -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor]\n"
+            "          [--ts A/B/...] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
+            "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K]\n"
+            "          [--logits FILE] [-v]\n",
             argv0, argv0);
 }
 
@@ -73,6 +82,25 @@ static int parse_int(const char * s, const char * what) {
     return (int) v;
 }
 
+#define MAX_DEVS 16
+
+// Splits "a/b/c" in place into at most MAX_DEVS parts; returns the count.
+static int split_slash(char * s, char ** parts) {
+    int n = 0;
+    for (char * p = s;; p++) {
+        if (n == MAX_DEVS) {
+            die("%s", "more than 16 values in a /-separated list");
+        }
+        parts[n++] = p;
+        p = strchr(p, '/');
+        if (p == NULL) {
+            break;
+        }
+        *p = '\0';
+    }
+    return n;
+}
+
 // ggml_backend_load_all() searches the executable's folder and the working directory for
 // libggml-cpu.so; this binary lives elsewhere, so load the CPU backend from libggml.so's folder.
 static void load_cpu_backend_if_missing(void) {
@@ -100,6 +128,9 @@ static void load_cpu_backend_if_missing(void) {
 int main(int argc, char ** argv) {
     const char * model_path   = NULL;
     const char * dev_name     = "none";
+    const char * split_mode   = NULL;
+    const char * ts_arg       = NULL;
+    const char * logits_path  = NULL;
     const char * prompt_text  = NULL;
     int          prompt_ntok  = -1;
     int          n_gen        = 32;
@@ -134,6 +165,12 @@ int main(int argc, char ** argv) {
             model_path = argv[++i];
         } else if (strcmp(a, "--dev") == 0) {
             dev_name = argv[++i];
+        } else if (strcmp(a, "--sm") == 0) {
+            split_mode = argv[++i];
+        } else if (strcmp(a, "--ts") == 0) {
+            ts_arg = argv[++i];
+        } else if (strcmp(a, "--logits") == 0) {
+            logits_path = argv[++i];
         } else if (strcmp(a, "--fa") == 0) {
             const char * v = argv[++i];
             if (strcmp(v, "on") == 0) {
@@ -197,27 +234,62 @@ int main(int argc, char ** argv) {
     load_cpu_backend_if_missing();
     llama_backend_init();
 
-    ggml_backend_dev_t devices[2] = { NULL, NULL };
-    const bool         offload    = strcmp(dev_name, "none") != 0;
+    ggml_backend_dev_t devices[MAX_DEVS + 1] = { NULL };
+    int                n_devices              = 0;
+    const bool         offload                = strcmp(dev_name, "none") != 0;
     if (offload) {
-        devices[0] = ggml_backend_dev_by_name(dev_name);
-        if (devices[0] == NULL) {
-            fprintf(stderr, "greedy: error: device '%s' not found; devices:", dev_name);
-            for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-                fprintf(stderr, " %s", ggml_backend_dev_name(ggml_backend_dev_get(i)));
+        char * names[MAX_DEVS];
+        n_devices = split_slash(strdup(dev_name), names);
+        for (int d = 0; d < n_devices; d++) {
+            devices[d] = ggml_backend_dev_by_name(names[d]);
+            if (devices[d] == NULL) {
+                fprintf(stderr, "greedy: error: device '%s' not found; devices:", names[d]);
+                for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+                    fprintf(stderr, " %s", ggml_backend_dev_name(ggml_backend_dev_get(i)));
+                }
+                fprintf(stderr, "%s\n", getenv("GGML_BACKEND_PATH") ? "" : " (GGML_BACKEND_PATH is not set)");
+                return 1;
             }
-            fprintf(stderr, "%s\n", getenv("GGML_BACKEND_PATH") ? "" : " (GGML_BACKEND_PATH is not set)");
-            return 1;
-        }
-        if (g_verbose) {
-            fprintf(stderr, "greedy: device %s: %s\n", ggml_backend_dev_name(devices[0]),
-                    ggml_backend_dev_description(devices[0]));
+            if (g_verbose) {
+                fprintf(stderr, "greedy: device %s: %s\n", ggml_backend_dev_name(devices[d]),
+                        ggml_backend_dev_description(devices[d]));
+            }
         }
     }
 
     struct llama_model_params mparams = llama_model_default_params();
     mparams.devices                   = devices;
     mparams.n_gpu_layers              = offload ? 99 : 0;
+    if (split_mode != NULL) {
+        if (strcmp(split_mode, "none") == 0) {
+            mparams.split_mode = LLAMA_SPLIT_MODE_NONE;
+        } else if (strcmp(split_mode, "layer") == 0) {
+            mparams.split_mode = LLAMA_SPLIT_MODE_LAYER;
+        } else if (strcmp(split_mode, "row") == 0) {
+            mparams.split_mode = LLAMA_SPLIT_MODE_ROW;
+        } else if (strcmp(split_mode, "tensor") == 0) {
+            mparams.split_mode = LLAMA_SPLIT_MODE_TENSOR;
+        } else {
+            die("--sm takes none, layer, row or tensor, not '%s'", split_mode);
+        }
+    }
+    // llama reads llama_max_devices() floats; unused entries stay 0.
+    float * tensor_split = calloc(llama_max_devices(), sizeof(float));
+    if (ts_arg != NULL) {
+        char *    parts[MAX_DEVS];
+        const int n = split_slash(strdup(ts_arg), parts);
+        if ((size_t) n > llama_max_devices()) {
+            die("%s", "--ts has more values than llama_max_devices()");
+        }
+        for (int k = 0; k < n; k++) {
+            char * end    = NULL;
+            tensor_split[k] = strtof(parts[k], &end);
+            if (end == parts[k] || *end != '\0') {
+                die("bad --ts value '%s'", parts[k]);
+            }
+        }
+        mparams.tensor_split = tensor_split;
+    }
     struct llama_model * model        = llama_model_load_from_file(model_path, mparams);
     if (model == NULL) {
         die("cannot load model %s", model_path);
@@ -308,6 +380,14 @@ int main(int argc, char ** argv) {
     }
     const double t1 = now_s();
 
+    FILE * logits_file = NULL;
+    if (logits_path != NULL) {
+        logits_file = fopen(logits_path, "wb");
+        if (logits_file == NULL) {
+            die("cannot write %s", logits_path);
+        }
+    }
+
     // Greedy generation, one token per llama_decode.
     llama_token * out        = malloc(sizeof(llama_token) * (size_t) (n_gen > 0 ? n_gen : 1));
     double *      margins    = malloc(sizeof(double) * (size_t) (n_gen > 0 ? n_gen : 1));
@@ -318,6 +398,9 @@ int main(int argc, char ** argv) {
         const float * logits = llama_get_logits_ith(ctx, -1);
         if (logits == NULL) {
             die("%s", "no logits");
+        }
+        if (logits_file != NULL && fwrite(logits, sizeof(float), (size_t) n_vocab, logits_file) != (size_t) n_vocab) {
+            die("cannot write %s", logits_path);
         }
         int   best = 0;
         float b1 = -INFINITY, b2 = -INFINITY;
@@ -374,6 +457,9 @@ int main(int argc, char ** argv) {
         }
     }
     const double t2 = now_s();
+    if (logits_file != NULL && fclose(logits_file) != 0) {
+        die("cannot write %s", logits_path);
+    }
 
     printf("tokens:");
     for (int s = 0; s < n_gen; s++) {
@@ -407,6 +493,7 @@ int main(int argc, char ** argv) {
     printf("speed: prompt %.2f tok/s, decode %.2f tok/s\n", pp, tg);
     fflush(stdout);
 
+    free(tensor_split);
     free(margins);
     free(out);
     free(prompt);

@@ -128,6 +128,26 @@ typedef struct PolyclInferRequest PolyclInferRequest;
 typedef struct PolyclModel PolyclModel;
 
 /**
+ * What polycl holds right now, over every device: for hosts and tests that
+ * watch for leaks across many graph computes.
+ */
+typedef struct PolyclMemoryStats {
+  /**
+   * Device buffers alive: ggml buffers, compiled weights, request memory
+   * and plan scratch.
+   */
+  size_t device_buffers;
+  /**
+   * Bytes of those buffers.
+   */
+  size_t device_bytes;
+  /**
+   * Execution plans alive (ggml backends' plan caches, infer requests).
+   */
+  size_t plans;
+} PolyclMemoryStats;
+
+/**
  * A tensor shape in ggml `ne` order: ne[0] is the innermost dim, `rank` dims
  * are meaningful (the others are 1), -1 is a dynamic dim, and rank -1 means
  * the rank itself is unknown.
@@ -249,6 +269,11 @@ const char *polycl_last_error(void);
  * The library version as "MAJOR.MINOR.PATCH".
  */
 const char *polycl_version(void);
+
+/**
+ * Fills `*out_stats` with the current counters.
+ */
+enum PolyclStatus polycl_memory_stats(struct PolyclMemoryStats *out_stats);
 
 /**
  * The number of usable OpenCL devices (0 when there is no OpenCL runtime).

@@ -26,19 +26,22 @@ for op in $OPS; do
   fi
   rm -f "$log"
 done
-# The GPU-only fast matmul kernels, forced onto this device so CI checks them too.
+# The GPU-only fast kernels (matmul, split-KV flash attention), forced onto
+# this device so CI checks them too.
 if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
-  log=$(mktemp); rc=0
-  POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o MUL_MAT >"$log" 2>&1 || rc=$?
-  line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
-  printf '%-16s %s\n' "MUL_MAT (fast)" "${line:-no tests run}"
-  if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
-    failed_ops+=("MUL_MAT(fast)"); total_fail=$((total_fail+1))
-    grep -E 'FAIL' "$log" | head -20 || true
-  else
-    total_pass=$((total_pass+1))
-  fi
-  rm -f "$log"
+  for op in MUL_MAT FLASH_ATTN_EXT; do
+    log=$(mktemp); rc=0
+    POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" >"$log" 2>&1 || rc=$?
+    line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
+    printf '%-16s %s\n' "$op (fast)" "${line:-no tests run}"
+    if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
+      failed_ops+=("$op(fast)"); total_fail=$((total_fail+1))
+      grep -E 'FAIL' "$log" | head -20 || true
+    else
+      total_pass=$((total_pass+1))
+    fi
+    rm -f "$log"
+  done
 fi
 echo "test-backend-ops: $total_pass passed, $total_fail failed"
 [[ ${#failed_ops[@]} -eq 0 ]] || { echo "failing ops: ${failed_ops[*]}"; exit 1; }

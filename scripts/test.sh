@@ -2,7 +2,8 @@
 # Every test, in order, stopping at the first failure (non-zero exit):
 # dependencies, host build, cargo fmt --check, clippy (-D warnings), release build + install,
 # cargo test, ggml's test-backend-ops (scripts/test-backend-ops.sh), the ctest C programs,
-# and the greedy-token comparison against llama.cpp's CPU backend.
+# the greedy-token comparison against llama.cpp's CPU backend, and the multi-device tests
+# (scripts/test-multi.sh: two PoCL devices).
 # PoCL caches compiled kernels in ~/.cache/pocl (POCL_CACHE_DIR to move it).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -10,33 +11,34 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$POLYCL_ROOT"
 START=$(date +%s)
 
-stage "1/9 dependencies (scripts/deps.sh)"
+stage "1/10 dependencies (scripts/deps.sh)"
 bash scripts/deps.sh
 
-stage "2/9 llama.cpp host $HOST_VERSION (scripts/host.sh)"
+stage "2/10 llama.cpp host $HOST_VERSION (scripts/host.sh)"
 bash scripts/host.sh
 ensure_host
 
-stage "3/9 cargo fmt --check"
+stage "3/10 cargo fmt --check"
 cargo fmt --check
 
-stage "4/9 cargo clippy --release -- -D warnings"
+stage "4/10 cargo clippy --release -- -D warnings"
 cargo clippy --release -- -D warnings
 
-stage "5/9 cargo build --release + install"
+stage "5/10 cargo build --release + install"
 build_polycl
 
-stage "6/9 cargo test --release"
-cargo test --release
+stage "6/10 cargo test --release"
+# The quant codec tests compare against the real ggml of the pinned host.
+POLYCL_GGML_BASE="$HOST_BIN/libggml-base.so" POLYCL_GGML_CPU="$HOST_BIN/libggml-cpu.so" cargo test --release
 
-stage "7/9 test-backend-ops (scripts/test-backend-ops.sh)"
+stage "7/10 test-backend-ops (scripts/test-backend-ops.sh)"
 if [[ -f scripts/test-backend-ops.sh ]]; then
   POLYCL_LIB="$POLYCL_LIB" bash scripts/test-backend-ops.sh
 else
   echo "skipped: scripts/test-backend-ops.sh does not exist"
 fi
 
-stage "8/9 ctest (ctest/)"
+stage "8/10 ctest (ctest/)"
 if [[ -f ctest/CMakeLists.txt ]]; then
   CTEST_BUILD="$POLYCL_ROOT/target/ctest"
   cmake -S ctest -B "$CTEST_BUILD" -DCMAKE_BUILD_TYPE=Release \
@@ -48,7 +50,11 @@ else
   echo "skipped: ctest/CMakeLists.txt does not exist"
 fi
 
-stage "9/9 greedy tokens: polycl vs CPU (scripts/test-greedy.sh)"
+stage "9/10 greedy tokens: polycl vs CPU (scripts/test-greedy.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-greedy.sh
+
+stage "10/10 several devices: split modes, Q8_1 cache, faults (scripts/test-multi.sh)"
+# Stage 6 ran the multi-device cargo tests already.
+POLYCL_LIB="$POLYCL_LIB" MULTI_SKIP_CARGO=1 bash scripts/test-multi.sh
 
 stage "all tests passed ($(($(date +%s) - START)) s)"

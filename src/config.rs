@@ -63,6 +63,12 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     c.program_cache_dir = match get("POLYCL_PROGRAM_CACHE") {
         Some(v) if v.trim() == "0" => None,
+        Some(v) if std::path::Path::new(v.trim()).is_file() => {
+            c.problems.push(format!(
+                "POLYCL_PROGRAM_CACHE={v:?}: names a file, expected a folder or 0; not caching programs"
+            ));
+            None
+        }
         Some(v) if !v.trim().is_empty() => Some(std::path::PathBuf::from(v.trim())),
         _ => get("XDG_CACHE_HOME")
             .filter(|x| !x.is_empty())

@@ -9,6 +9,7 @@ pub mod capi;
 pub mod config;
 pub mod decoder;
 pub mod error;
+pub mod fault;
 pub mod frontend;
 pub mod ggml;
 pub mod ir;

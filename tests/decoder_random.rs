@@ -296,7 +296,14 @@ impl Desc {
             7 => self.nodes[j].outputs[0].name = std::ptr::null(),
             8 => self.outputs[0] = Desc::source(b, 5, 2, self.nodes.len() + 1),
             9 => self.fail_at = b.below(8),
-            10 => self.weights[0].size = b.below(300),
+            10 => {
+                // A wrong byte count, but always backed by that many bytes:
+                // the header lets polycl read `size` bytes at `data`.
+                let n = b.below(300);
+                self.weight_data[0].resize(n.max(1), 0x3c);
+                self.weights[0].data = self.weight_data[0].as_ptr() as *const c_void;
+                self.weights[0].size = n;
+            }
             _ => self.nodes[j].inputs.truncate(b.below(2)),
         }
     }

@@ -406,3 +406,32 @@ fn inputs_that_contradict_the_graph_are_errors() {
         let _ = I64;
     }
 }
+
+#[test]
+fn one_compiled_model_serves_every_device_of_its_list() {
+    let devs = all_devices();
+    let (_, g) = convert(
+        &attention(),
+        &mut [Box::new(MakeStateful::new(Vec::<String>::new(), -1, "beam_idx")) as Box<dyn Pass>],
+    )
+    .unwrap();
+    let compiled = Compiled::new(&g, &devs).unwrap();
+    assert_eq!(compiled.devices(), devs.len());
+    let mut outs = Vec::new();
+    for slot in 0..devs.len() {
+        let mut r = Request::new(compiled.clone(), slot).unwrap();
+        let mut rng = Lcg(3);
+        for step in 0..3i64 {
+            r.set_input("x", 4, &[C, 1, 1, B], &f32s(&rng.vec((C * B) as usize)))
+                .unwrap();
+            r.set_input("idx", 1, &[1, 1, 1, 1], &step.to_ne_bytes())
+                .unwrap();
+            r.set_input("beam_idx", 1, &[B, 1, 1, 1], &[0u8, 0, 0, 0, 1, 0, 0, 0])
+                .unwrap();
+            r.infer().unwrap();
+        }
+        outs.push(r.output("out").unwrap());
+    }
+    assert!(outs.windows(2).all(|w| w[0] == w[1]));
+    assert!(Request::new(compiled, devs.len()).is_err());
+}

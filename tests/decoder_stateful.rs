@@ -249,3 +249,34 @@ fn extensions_run_in_registration_order_before_the_stateless_lowering() {
     assert_eq!(*seen.borrow(), ["first:cache:true", "second:cache:true"]);
     assert_eq!(g.variables().len(), 1);
 }
+
+#[test]
+fn ggml_top_k_with_one_output_is_not_claimed() {
+    use ggml_polycl::decoder::{NodeDesc, SingleNode, Source, TensorDesc};
+    use ggml_polycl::ggml::op_params::OpParams;
+    use ggml_polycl::ggml::ops::OP_TOP_K;
+    use ggml_polycl::ir::TensorType;
+    // ggml's TOP_K: one I32 output, the indices. polycl only computes the
+    // two-port form of the C decoder path, so supports_op must say no.
+    let leaf = TensorDesc {
+        name: "x".into(),
+        ty: TensorType::contiguous(F32, [8, 2, 1, 1]),
+        mem: None,
+    };
+    let out = TensorDesc {
+        name: "top".into(),
+        ty: TensorType::contiguous(I32, [2, 2, 1, 1]),
+        mem: None,
+    };
+    let dec = SingleNode {
+        leaves: vec![leaf],
+        nodes: vec![NodeDesc {
+            op: OP_TOP_K,
+            params: OpParams::default(),
+            srcs: vec![Some(Source::Leaf(0))],
+            out,
+        }],
+        results: vec![Source::Node(0)],
+    };
+    assert!(!ggml_polycl::frontend::supports(&dec, &dec.nodes[0]));
+}

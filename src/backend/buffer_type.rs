@@ -54,7 +54,9 @@ pub unsafe fn ctx<'a>(buft: ggml_backend_buffer_type_t) -> &'a BuftCtx {
 /// line) for NULL or a foreign one.
 fn ours<'a>(buft: ggml_backend_buffer_type_t) -> Option<&'a BuftCtx> {
     if buft.is_null() || !is_ours(buft) {
-        log::error("a buffer type entry was called with NULL or a buffer type that is not polycl's");
+        log::error(
+            "a buffer type entry was called with NULL or a buffer type that is not polycl's",
+        );
         return None;
     }
     // SAFETY: one of polycl's buffer types, valid for the whole process.
@@ -91,5 +93,7 @@ unsafe extern "C" fn get_alignment(_: ggml_backend_buffer_type_t) -> usize {
 }
 
 unsafe extern "C" fn get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
-    guard("buft get_max_size", 0, || ours(buft).map_or(0, |c| c.dev.max_alloc))
+    guard("buft get_max_size", 0, || {
+        ours(buft).map_or(0, |c| c.dev.max_alloc)
+    })
 }

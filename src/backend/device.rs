@@ -32,9 +32,9 @@ pub fn iface() -> ggml_backend_device_i {
         supports_op: Some(supports_op),
         supports_buft: Some(supports_buft),
         offload_op: None,
-        event_new: None,
-        event_free: None,
-        event_synchronize: None,
+        event_new: Some(super::comm::event_new),
+        event_free: Some(super::comm::event_free),
+        event_synchronize: Some(super::comm::event_synchronize),
     }
 }
 
@@ -45,27 +45,43 @@ pub unsafe fn ctx<'a>(dev: ggml_backend_dev_t) -> &'a DeviceCtx {
     unsafe { &*((*dev).context as *const DeviceCtx) }
 }
 
+/// `dev`'s context if it is one of polycl's devices (they are created once
+/// and never freed, so the address identifies them); None for NULL or a
+/// foreign device, which every entry refuses instead of dereferencing.
+// The pointer is dereferenced only after it is found among our own devices.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn ours<'a>(dev: ggml_backend_dev_t) -> Option<&'a DeviceCtx> {
+    if dev.is_null() || !super::reg::plugin().devices.contains(&dev) {
+        crate::log::error("a device entry was called with NULL or a device that is not polycl's");
+        return None;
+    }
+    // SAFETY: one of the plugin's devices, valid for the whole process.
+    Some(unsafe { ctx(dev) })
+}
+
 unsafe extern "C" fn get_name(dev: ggml_backend_dev_t) -> *const c_char {
-    // SAFETY: ggml passes our device.
-    unsafe { ctx(dev) }.name.as_ptr()
+    guard("device get_name", std::ptr::null(), || {
+        ours(dev).map_or(std::ptr::null(), |c| c.name.as_ptr())
+    })
 }
 
 unsafe extern "C" fn get_description(dev: ggml_backend_dev_t) -> *const c_char {
-    // SAFETY: ggml passes our device.
-    unsafe { ctx(dev) }.description.as_ptr()
+    guard("device get_description", std::ptr::null(), || {
+        ours(dev).map_or(std::ptr::null(), |c| c.description.as_ptr())
+    })
 }
 
 unsafe extern "C" fn get_memory(dev: ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
     guard("device get_memory", (), || {
-        // SAFETY: ggml passes our device and writable out pointers.
-        let d = &unsafe { ctx(dev) }.dev;
+        // A refused device reports no memory rather than leaving garbage.
+        let (f, t) = ours(dev).map_or((0, 0), |c| (c.dev.free_memory(), c.dev.global_mem));
         if !free.is_null() {
-            // SAFETY: checked non-null.
-            unsafe { *free = d.free_memory() };
+            // SAFETY: checked non-null; ggml passes a writable size_t.
+            unsafe { *free = f };
         }
         if !total.is_null() {
-            // SAFETY: checked non-null.
-            unsafe { *total = d.global_mem };
+            // SAFETY: checked non-null; ggml passes a writable size_t.
+            unsafe { *total = t };
         }
     })
 }
@@ -73,12 +89,10 @@ unsafe extern "C" fn get_memory(dev: ggml_backend_dev_t, free: *mut usize, total
 /// GPUs are GPU; other OpenCL devices (PoCL's CPU device) are IGPU, so llama
 /// uses them when no GPU exists and `-dev` accepts them.
 unsafe extern "C" fn get_type(dev: ggml_backend_dev_t) -> c_int {
-    // SAFETY: ggml passes our device.
-    if unsafe { ctx(dev) }.dev.is_gpu {
-        DEV_TYPE_GPU
-    } else {
-        DEV_TYPE_IGPU
-    }
+    guard("device get_type", DEV_TYPE_IGPU, || match ours(dev) {
+        Some(c) if c.dev.is_gpu => DEV_TYPE_GPU,
+        _ => DEV_TYPE_IGPU,
+    })
 }
 
 unsafe extern "C" fn get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend_dev_props) {
@@ -86,9 +100,9 @@ unsafe extern "C" fn get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend
         if props.is_null() {
             return;
         }
-        // SAFETY: ggml passes our device and a writable props struct.
+        let Some(c) = ours(dev) else { return };
+        // SAFETY: checked non-null; ggml passes a writable props struct.
         unsafe {
-            let c = ctx(dev);
             let p = &mut *props;
             p.name = c.name.as_ptr();
             p.description = c.description.as_ptr();
@@ -100,7 +114,7 @@ unsafe extern "C" fn get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend
                 async_: true,
                 host_buffer: false,
                 buffer_from_host_ptr: false,
-                events: false,
+                events: true,
                 mmap_support: true,
             };
         }
@@ -108,16 +122,21 @@ unsafe extern "C" fn get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend
 }
 
 unsafe extern "C" fn get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
-    // SAFETY: ggml passes our device.
-    unsafe { ctx(dev) }.buft
+    guard("device get_buffer_type", std::ptr::null_mut(), || {
+        ours(dev).map_or(std::ptr::null_mut(), |c| c.buft)
+    })
 }
 
-unsafe extern "C" fn supports_op(_dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool {
+unsafe extern "C" fn supports_op(dev: ggml_backend_dev_t, op: *const ggml_tensor) -> bool {
     guard("device supports_op", false, || {
-        if op.is_null() {
+        let Some(c) = (if op.is_null() { None } else { ours(dev) }) else {
+            return false;
+        };
+        // SAFETY: ggml passes a tensor with valid (possibly unallocated) srcs.
+        if unsafe { super::split::supports_op(c.dev.index, op) } == Some(false) {
             return false;
         }
-        // SAFETY: ggml passes a tensor with valid (possibly unallocated) srcs.
+        // SAFETY: as above.
         match unsafe { GgmlGraph::single(op) } {
             Ok(single) => frontend::supports(&single, &single.nodes()[0]),
             Err(_) => false,
@@ -130,7 +149,9 @@ unsafe extern "C" fn supports_buft(
     buft: ggml_backend_buffer_type_t,
 ) -> bool {
     guard("device supports_buft", false, || {
-        // SAFETY: ggml passes our device.
-        !buft.is_null() && buffer_type::is_ours(buft) && unsafe { ctx(dev) }.buft == buft
+        let Some(c) = ours(dev) else { return false };
+        !buft.is_null()
+            && (buffer_type::is_ours(buft) && c.buft == buft
+                || super::split::is_split_of(buft, c.dev.index))
     })
 }

@@ -4,13 +4,42 @@
 
 pub mod buffer;
 pub mod buffer_type;
+pub mod comm;
 pub mod device;
 pub mod reg;
+pub mod split;
 pub mod stream;
 
 use crate::capi::boundary::guard;
 use crate::ggml::abi::ggml_backend_reg_t;
 use crate::log;
+use crate::runtime::Device;
+use std::sync::Arc;
+
+/// Runs a void vtable entry. A failure (an error or a panic) cannot be
+/// returned, so it is charged to the device `charge` names: the next
+/// graph_compute of every backend on that device reports it.
+pub(crate) fn void_entry(
+    what: &str,
+    charge: impl FnOnce() -> Option<Arc<Device>>,
+    f: impl FnOnce() -> crate::error::Result<()>,
+) {
+    let device = std::panic::catch_unwind(std::panic::AssertUnwindSafe(charge))
+        .ok()
+        .flatten();
+    let ok = guard(what, false, || match f() {
+        Ok(()) => true,
+        Err(e) => {
+            log::error(&format!("{what}: {e}"));
+            false
+        }
+    });
+    if !ok {
+        if let Some(d) = device {
+            d.mark_failed();
+        }
+    }
+}
 
 /// The plugin's entry point: the same static registry on every call, or NULL
 /// when the host's ggml is not the pinned one.

@@ -67,7 +67,7 @@ pub fn registry() -> ggml_backend_reg_t {
 }
 
 unsafe extern "C" fn reg_get_name(_: ggml_backend_reg_t) -> *const c_char {
-    REG_NAME.as_ptr()
+    guard("reg_get_name", REG_NAME.as_ptr(), || REG_NAME.as_ptr())
 }
 
 unsafe extern "C" fn reg_get_device_count(_: ggml_backend_reg_t) -> usize {
@@ -96,6 +96,12 @@ unsafe extern "C" fn reg_get_proc_address(
         let name = unsafe { CStr::from_ptr(name) }.to_bytes();
         match name {
             b"ggml_backend_set_n_threads" => super::stream::set_n_threads as *mut c_void,
+            b"ggml_backend_split_buffer_type" => super::split::split_buffer_type as *mut c_void,
+            b"ggml_backend_comm_init" => super::comm::comm_init as *mut c_void,
+            b"ggml_backend_comm_allreduce_tensor" => {
+                super::comm::comm_allreduce_tensor as *mut c_void
+            }
+            b"ggml_backend_comm_free" => super::comm::comm_free as *mut c_void,
             _ => std::ptr::null_mut(),
         }
     })

@@ -57,15 +57,15 @@ pub unsafe extern "C" fn init_backend(
                 get_tensor_async: None,
                 set_tensor_2d_async: None,
                 get_tensor_2d_async: None,
-                cpy_tensor_async: None,
+                cpy_tensor_async: Some(super::comm::cpy_tensor_async),
                 synchronize: Some(synchronize),
                 graph_plan_create: None,
                 graph_plan_free: None,
                 graph_plan_update: None,
                 graph_plan_compute: None,
                 graph_compute: Some(graph_compute),
-                event_record: None,
-                event_wait: None,
+                event_record: Some(super::comm::event_record),
+                event_wait: Some(super::comm::event_wait),
                 graph_optimize: None,
             },
             device: dev,
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn init_backend(
 
 /// `b`'s context if it is one of polycl's backends (non-NULL, polycl's GUID,
 /// a context); None for anything else, which every entry refuses.
-fn ours<'a>(b: ggml_backend_t) -> Option<&'a BackendCtx> {
+pub(crate) fn ours<'a>(b: ggml_backend_t) -> Option<&'a BackendCtx> {
     if b.is_null() {
         return None;
     }
@@ -111,15 +111,18 @@ unsafe extern "C" fn free(b: ggml_backend_t) {
 }
 
 unsafe extern "C" fn synchronize(b: ggml_backend_t) {
-    guard("synchronize", (), || {
-        let Some(c) = ours(b) else {
-            return log::error("synchronize: NULL or not a polycl backend");
-        };
-        if let Err(e) = c.dev.synchronize() {
-            log::error(&format!("{}: synchronize: {e}", c.dev.name));
-            c.failed.store(true, Ordering::Relaxed);
-        }
-    })
+    // A failed (or panicking) synchronize is charged to the device: its
+    // queue is shared by every backend on it.
+    super::void_entry(
+        "synchronize",
+        || ours(b).map(|c| c.dev.clone()),
+        || {
+            let c = ours(b).ok_or_else(|| {
+                Error::InvalidArgument("synchronize: NULL or not a polycl backend".into())
+            })?;
+            c.dev.synchronize()
+        },
+    )
 }
 
 /// # Safety

@@ -18,7 +18,11 @@ pub fn panic_message(p: &(dyn Any + Send)) -> String {
 
 /// Runs `f`; on panic logs `what` and returns `default`.
 pub fn guard<T>(what: &str, default: T, f: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let run = || {
+        crate::fault::panic_point(what);
+        f()
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(v) => v,
         Err(p) => {
             log::error(&format!("panic in {what}: {}", panic_message(p.as_ref())));

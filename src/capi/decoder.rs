@@ -598,10 +598,12 @@ pub extern "C" fn polycl_decoder_new(
 
 #[no_mangle]
 pub extern "C" fn polycl_decoder_free(decoder: *mut PolyclDecoder) {
-    if !decoder.is_null() {
-        // SAFETY: made by polycl_decoder_new, freed once.
-        drop(unsafe { Box::from_raw(decoder) });
-    }
+    super::boundary::guard("polycl_decoder_free", (), || {
+        if !decoder.is_null() {
+            // SAFETY: made by polycl_decoder_new, freed once.
+            drop(unsafe { Box::from_raw(decoder) });
+        }
+    })
 }
 
 /// Makes a frontend with no extensions: it converts to the stateless form.
@@ -621,10 +623,12 @@ pub extern "C" fn polycl_frontend_new(out_frontend: *mut *mut PolyclFrontend) ->
 
 #[no_mangle]
 pub extern "C" fn polycl_frontend_free(frontend: *mut PolyclFrontend) {
-    if !frontend.is_null() {
-        // SAFETY: made by polycl_frontend_new, freed once.
-        drop(unsafe { Box::from_raw(frontend) });
-    }
+    super::boundary::guard("polycl_frontend_free", (), || {
+        if !frontend.is_null() {
+            // SAFETY: made by polycl_frontend_new, freed once.
+            drop(unsafe { Box::from_raw(frontend) });
+        }
+    })
 }
 
 /// Registers make_stateful: every SET_ROWS into a graph input whose name is not
@@ -716,10 +720,12 @@ pub extern "C" fn polycl_frontend_convert(
 
 #[no_mangle]
 pub extern "C" fn polycl_model_free(model: *mut PolyclModel) {
-    if !model.is_null() {
-        // SAFETY: made by polycl_frontend_convert, freed once.
-        drop(unsafe { Box::from_raw(model) });
-    }
+    super::boundary::guard("polycl_model_free", (), || {
+        if !model.is_null() {
+            // SAFETY: made by polycl_frontend_convert, freed once.
+            drop(unsafe { Box::from_raw(model) });
+        }
+    })
 }
 
 /// How many nodes have op kind `kind` ("Parameter", "ReadValue", "Assign",

@@ -69,10 +69,12 @@ pub extern "C" fn polycl_model_compile(
 
 #[no_mangle]
 pub extern "C" fn polycl_compiled_model_free(compiled: *mut PolyclCompiledModel) {
-    if !compiled.is_null() {
-        // SAFETY: made by polycl_model_compile, freed once.
-        drop(unsafe { Box::from_raw(compiled) });
-    }
+    super::boundary::guard("polycl_compiled_model_free", (), || {
+        if !compiled.is_null() {
+            // SAFETY: made by polycl_model_compile, freed once.
+            drop(unsafe { Box::from_raw(compiled) });
+        }
+    })
 }
 
 /// Makes an infer request that runs on device `device_slot` of the compiled
@@ -96,10 +98,12 @@ pub extern "C" fn polycl_infer_request_new(
 
 #[no_mangle]
 pub extern "C" fn polycl_infer_request_free(request: *mut PolyclInferRequest) {
-    if !request.is_null() {
-        // SAFETY: made by polycl_infer_request_new, freed once.
-        drop(unsafe { Box::from_raw(request) });
-    }
+    super::boundary::guard("polycl_infer_request_free", (), || {
+        if !request.is_null() {
+            // SAFETY: made by polycl_infer_request_new, freed once.
+            drop(unsafe { Box::from_raw(request) });
+        }
+    })
 }
 
 /// Sets input `name` for the next infer: `shape` gives the actual dims (rank 1

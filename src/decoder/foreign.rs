@@ -151,8 +151,7 @@ fn tensor_type(name: &str, dtype: i32, shape: &ShapeDesc) -> Result<TensorType> 
         )));
     }
     let mut ne = [1i64; 4];
-    for d in 0..shape.rank as usize {
-        let x = shape.ne[d];
+    for (d, &x) in shape.ne.iter().enumerate().take(shape.rank as usize) {
         if x < -1 {
             return Err(Error::InvalidGraph(format!(
                 "'{name}' has dim {d} = {x}: expected -1 (dynamic) or >= 0"
@@ -538,7 +537,8 @@ mod tests {
             outputs: vec![SourceRef::Node { node: 0, port: 0 }],
         };
         assert!(Foreign::new(&base).is_ok());
-        let cases: Vec<(Box<dyn Fn(&mut GraphDesc)>, &str)> = vec![
+        type Edit = Box<dyn Fn(&mut GraphDesc)>;
+        let cases: Vec<(Edit, &str)> = vec![
             (
                 Box::new(|g| g.nodes[0].op = "FROBNICATE".into()),
                 "unknown op name 'FROBNICATE'",

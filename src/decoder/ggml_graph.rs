@@ -9,7 +9,6 @@ use crate::ggml::op_params::OpParams;
 use crate::ggml::ops::{op_name, OP_NONE};
 use crate::ggml::types::GgmlType;
 use crate::ir::{MemRef, TensorType};
-use crate::runtime::DeviceBuffer;
 use std::collections::HashMap;
 use std::ffi::CStr;
 
@@ -53,13 +52,12 @@ pub unsafe fn describe(t: *const ggml_tensor, memory: Memory) -> Result<TensorDe
             if t.data.is_null() {
                 return Err(Error::InvalidGraph(format!("tensor '{name}' has no data")));
             }
-            let (buf, off) = DeviceBuffer::resolve(t.data as u64).ok_or_else(|| {
-                Error::InvalidGraph(format!("tensor '{name}' is not in a polycl buffer"))
-            })?;
-            Some(MemRef {
-                buffer: buf.base,
-                offset: off,
-            })
+            // Split buffers (-sm row) resolve too; only split-aware lowering reads them.
+            let (buffer, offset) =
+                crate::runtime::peer::resolve(t.data as u64).ok_or_else(|| {
+                    Error::InvalidGraph(format!("tensor '{name}' is not in a polycl buffer"))
+                })?;
+            Some(MemRef { buffer, offset })
         }
     };
     Ok(TensorDesc { name, ty, mem })

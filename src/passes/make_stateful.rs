@@ -336,8 +336,8 @@ fn rebuild(
         }
         let id = ng.add(n.op.clone(), inputs, n.outputs.clone(), n.name.clone());
         ng.nodes[id].port_names = n.port_names.clone();
-        for p in 0..n.outputs.len() {
-            map[i][p] = Some(Value::new(id, p as u32));
+        for (p, slot) in map[i].iter_mut().enumerate() {
+            *slot = Some(Value::new(id, p as u32));
         }
         if Some(i) == existing_beam {
             beam = map[i][0];

@@ -2,11 +2,13 @@
 //! device; cached by graph fingerprint so a decode step is a run of enqueues.
 
 pub mod cache;
+pub mod flash_attn;
 pub mod internal;
 pub mod lower;
 pub mod lower_state;
 pub mod mul_mat;
 pub mod mul_mv;
+pub mod q8_cache;
 pub mod request;
 
 use crate::error::{Error, Result};
@@ -25,6 +27,8 @@ pub struct Plan {
     /// in-order queue finishes each consumer before the next producer runs.
     pub scratch: Option<DeviceBuffer>,
     pub free_epoch: u64,
+    /// Q8_1 cache slots and the peer work of row-split matmuls.
+    pub mm: mul_mat::MatmulState,
 }
 
 /// Operand resolution while lowering.
@@ -33,9 +37,15 @@ pub struct Binder<'g> {
     pub device: Arc<Device>,
     buffers: BTreeMap<u64, Arc<DeviceBuffer>>,
     pub scratch: Option<(opencl3::types::cl_mem, usize)>,
+    pub mm: mul_mat::MatmulState,
 }
 
 impl<'g> Binder<'g> {
+    /// Keeps `buf` alive with the plan, which drops when it is freed.
+    pub fn keep(&mut self, buf: Arc<DeviceBuffer>) {
+        self.buffers.insert(buf.base, buf);
+    }
+
     pub fn operand(&mut self, v: Value) -> Result<Operand> {
         let out = self.graph.output(v);
         match out.place {
@@ -45,7 +55,7 @@ impl<'g> Binder<'g> {
                     None => {
                         let b = DeviceBuffer::by_base(m.buffer).ok_or_else(|| {
                             Error::InvalidGraph(format!(
-                                "value %{}:{} names a freed buffer",
+                                "value %{}:{} names a freed buffer (or a row-split weight outside MUL_MAT)",
                                 v.node, v.port
                             ))
                         })?;
@@ -97,12 +107,9 @@ impl Drop for Plan {
 
 impl Plan {
     pub fn build(graph: &Graph, device: &Arc<Device>) -> Result<Plan> {
-        let scratch_bytes = graph
-            .nodes
-            .iter()
-            .map(|n| mul_mat::scratch_bytes(graph, n))
-            .max()
-            .unwrap_or(0);
+        let mm = mul_mat::MatmulState::new(graph, device);
+        // Matmul activations first, then flash attention's split-KV partials.
+        let scratch_bytes = mm.scratch_bytes() + flash_attn::scratch_bytes(graph, device.is_gpu);
         let scratch = if scratch_bytes > 0 {
             Some(DeviceBuffer::alloc_scratch(device, scratch_bytes)?)
         } else {
@@ -113,6 +120,7 @@ impl Plan {
             device: device.clone(),
             buffers: BTreeMap::new(),
             scratch: scratch.as_ref().map(|s| (s.cl_mem() as _, s.size)),
+            mm,
         };
         let mut launches = Vec::new();
         for (i, n) in graph.nodes.iter().enumerate() {
@@ -125,14 +133,19 @@ impl Plan {
             buffers: binder.buffers.into_values().collect(),
             scratch,
             free_epoch: DeviceBuffer::free_epoch(),
+            mm: binder.mm,
         })
     }
 
     /// Enqueues every launch; returns without waiting (ggml's compute is async).
     pub fn run(&self) -> Result<()> {
-        for l in &self.launches {
-            l.enqueue(&self.device)?;
+        let mut s = self.mm.begin();
+        for (i, l) in self.launches.iter().enumerate() {
+            if self.mm.before(&self.device, i, l, &mut s)? {
+                l.enqueue(&self.device)?;
+            }
         }
+        self.mm.finish(&self.device, self.launches.len(), s)?;
         self.device.flush()
     }
 

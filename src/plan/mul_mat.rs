@@ -2,13 +2,29 @@
 //! in the format the weight type's kernel wants (as ggml's CPU backend does),
 //! then one matmul launch. `mul_mv::select` may swap in a faster kernel with
 //! the same arguments for the device at hand.
+//!
+//! Two things make one matmul more than two launches:
+//! * the Q8_1 activation cache (`q8_cache.rs`): decode-shaped Q8_1 activations
+//!   get a scratch region per key, and the quantize launch is bound to its
+//!   slot so a run can skip it;
+//! * row-split weights (`-sm row`, `backend/split.rs`): the activation is
+//!   converted once on the plan's (main) device, copied to each peer that
+//!   holds rows, each device multiplies its rows, and the peers' partial
+//!   results are copied into the main device's result. The peer work runs
+//!   from hooks placed between the main device's launches; OpenCL events order
+//!   the queues, so the host never waits.
 
 use super::lower::{grid, type_suffix};
+use super::q8_cache::{self, Key, Session, Table};
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{self, F16, F32, Q4K, Q4_0, Q6K, Q8_0};
-use crate::ir::{Graph, Node, Op};
-use crate::runtime::executor::Launch;
+use crate::ir::{Graph, Node, Op, Place, Value};
+use crate::runtime::executor::{ArgBinder, Launch, Operand};
+use crate::runtime::peer::{self, Region, SplitTensor};
+use crate::runtime::{counters, program, Device, DeviceBuffer};
+use opencl3::event::Event;
+use std::sync::Arc;
 
 /// Work-group size of the portable matmul kernels: one group per output element.
 pub const MM_WG: usize = 32;
@@ -46,61 +62,324 @@ pub fn scratch_bytes(g: &Graph, n: &Node) -> usize {
     }
 }
 
-pub fn lower(b: &mut Binder, n: &Node, v: crate::ir::Value, out: &mut Vec<Launch>) -> Result<()> {
-    let g = b.graph;
-    let wt = g.ty(n.inputs[0]).dtype;
-    let w = b.operand(n.inputs[0])?;
-    let x = b.operand(n.inputs[1])?;
-    let dst = b.operand(v)?;
-    let mm_name = format!("kernel_mul_mat_{}", type_suffix(wt)?);
-    let (act_mem, act_off, act_nb) = match activation_format(wt, x.ne[0]) {
-        None => (x.mem, x.offset, x.nb),
-        Some((convert, row)) => {
-            let (scratch, _) = b
-                .scratch
-                .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
-            let blocks = match convert {
-                "kernel_convert_f16" => x.ne[0],
-                "kernel_quantize_q8_1" => x.ne[0] / 32,
-                _ => x.ne[0] / 256,
-            };
-            let global = [
-                blocks as usize,
-                x.ne[1] as usize,
-                (x.ne[2] * x.ne[3]) as usize,
-            ];
-            out.push(grid(
-                b,
-                "mul_mat",
-                convert,
-                global,
-                None,
-                "quantize",
-                |a| {
-                    a.tensor(&x)?.ptr(scratch, 0)?;
-                    Ok(())
-                },
-            )?);
-            let nb = [
-                0,
-                row,
-                row * x.ne[1] as u64,
-                row * (x.ne[1] * x.ne[2]) as u64,
-            ];
-            (scratch, 0u64, nb)
-        }
+fn align(n: u64) -> u64 {
+    n.div_ceil(128) * 128
+}
+
+/// The split weight a matmul reads, if its weight lives in a split buffer.
+pub fn split_weight(g: &Graph, n: &Node) -> Option<Arc<SplitTensor>> {
+    match g.output(n.inputs[0]).place {
+        Place::Bound(m) => peer::tensor_at(m.buffer + m.offset),
+        Place::Internal => None,
+    }
+}
+
+/// The cache key of a matmul's activation, if the cache applies: Q8_1
+/// activations of the decode shape (contiguous, one column).
+fn q8_key(g: &Graph, n: &Node, device: usize) -> Option<Key> {
+    let (convert, row) = activation_format(g.ty(n.inputs[0]).dtype, g.ty(n.inputs[1]).ne[0])?;
+    let x = g.ty(n.inputs[1]);
+    if convert != "kernel_quantize_q8_1" || x.ne[1..] != [1, 1, 1] || !x.is_contiguous() {
+        return None;
+    }
+    let Place::Bound(data) = g.output(n.inputs[1]).place else {
+        return None;
     };
-    let portable = MatmulKernel {
+    Some(Key {
+        source: n.inputs[1],
+        data,
+        device,
+        ne10: x.ne[0],
+        nrows: 1,
+        padded_row: row,
+    })
+}
+
+/// When peer work of a split matmul runs, relative to the main launches.
+enum Hook {
+    /// Copy the activation to the peers, launch their matmuls.
+    Issue(usize),
+    /// Copy the peers' partial results into the main result.
+    Gather(usize),
+}
+
+struct PeerWork {
+    device: Arc<Device>,
+    /// Where the activation lands on the peer.
+    act_dst: Region,
+    launch: Launch,
+    /// The peer's partial result: `rows` rows of `width` bytes, packed.
+    partial: Region,
+    /// Its place in the main result, rows `dst_pitch` bytes apart.
+    dst: Region,
+    dst_pitch: u64,
+    width: u64,
+    rows: u64,
+}
+
+struct SplitMatmul {
+    /// The converted (or raw) activation on the main device.
+    act_src: Region,
+    act_len: u64,
+    slot: Option<usize>,
+    peers: Vec<PeerWork>,
+}
+
+/// Everything matmul lowering adds to a plan beyond its launches.
+pub struct MatmulState {
+    /// Main scratch: the shared conversion region at 0, then one region per
+    /// cache slot.
+    main_bytes: u64,
+    /// Peer scratch: the main layout, then a region for raw (F32) activations,
+    /// then the partial result region.
+    raw_off: u64,
+    partial_off: u64,
+    peer_bytes: u64,
+    pub q8: Table,
+    splits: Vec<SplitMatmul>,
+    /// (main launch index the hook runs before, hook), in order.
+    hooks: Vec<(usize, Hook)>,
+    peer_scratch: Vec<(usize, DeviceBuffer)>,
+}
+
+/// One run of a plan: the cache session and the peers' pending events.
+pub struct RunState {
+    pub q8: Session,
+    next_hook: usize,
+    pending: Vec<Vec<Event>>,
+    touched: Vec<Arc<Device>>,
+}
+
+impl MatmulState {
+    /// Lays out the scratch of every matmul of `graph` planned on `device`.
+    pub fn new(graph: &Graph, device: &Device) -> MatmulState {
+        let mut shared = 0u64;
+        let mut raw = 0u64;
+        let mut partial = 0u64;
+        for n in graph.nodes.iter().filter(|n| n.op == Op::MulMat) {
+            shared = shared.max(scratch_bytes(graph, n) as u64);
+            if let Some(st) = split_weight(graph, n) {
+                let x = graph.ty(n.inputs[1]);
+                if activation_format(st_type(graph, n), x.ne[0]).is_none() {
+                    raw = raw.max(x.span_bytes());
+                }
+                let cols = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as u64;
+                for p in &st.parts {
+                    partial = partial.max((p.rows.end - p.rows.start) as u64 * cols * 4);
+                }
+            }
+        }
+        let mut q8 = Table::default();
+        let mut next = align(shared);
+        for n in graph.nodes.iter().filter(|n| n.op == Op::MulMat) {
+            if let Some(k) = q8_key(graph, n, device.index) {
+                let bytes = k.padded_row * k.nrows as u64;
+                q8.slot(k, bytes, &mut next);
+            }
+        }
+        let main_bytes = next;
+        let raw_off = align(main_bytes);
+        let partial_off = raw_off + align(raw);
+        MatmulState {
+            main_bytes,
+            raw_off,
+            partial_off,
+            peer_bytes: partial_off + partial,
+            q8,
+            splits: Vec::new(),
+            hooks: Vec::new(),
+            peer_scratch: Vec::new(),
+        }
+    }
+
+    /// Bytes of the main device's scratch.
+    pub fn scratch_bytes(&self) -> usize {
+        self.main_bytes as usize
+    }
+
+    fn peer_mem(&mut self, dev: &Arc<Device>) -> Result<opencl3::types::cl_mem> {
+        if let Some((_, b)) = self.peer_scratch.iter().find(|(i, _)| *i == dev.index) {
+            return Ok(b.cl_mem() as _);
+        }
+        let b = DeviceBuffer::alloc_scratch(dev, self.peer_bytes.max(1) as usize)?;
+        let mem = b.cl_mem() as _;
+        self.peer_scratch.push((dev.index, b));
+        Ok(mem)
+    }
+
+    /// Starts a run: an empty cache.
+    pub fn begin(&self) -> RunState {
+        RunState {
+            q8: self.q8.session(),
+            next_hook: 0,
+            pending: (0..self.splits.len()).map(|_| Vec::new()).collect(),
+            touched: Vec::new(),
+        }
+    }
+
+    /// Runs the peer work due before main launch `i`; says whether launch `i`
+    /// itself must run (false: the cache holds what it would compute).
+    pub fn before(&self, main: &Device, i: usize, l: &Launch, s: &mut RunState) -> Result<bool> {
+        self.hooks_until(main, i, s)?;
+        let run = match self.q8.launch_slot(i) {
+            Some(slot) => s.q8.quantize(slot),
+            None => true,
+        };
+        if run && l.kind == "quantize" {
+            s.q8.stats.quantize += 1;
+        }
+        Ok(run)
+    }
+
+    /// Ends a run after `n` main launches: the remaining peer work, flushes,
+    /// and the end of the cache's graph compute.
+    pub fn finish(&self, main: &Device, n: usize, mut s: RunState) -> Result<q8_cache::Stats> {
+        self.hooks_until(main, n, &mut s)?;
+        for d in &s.touched {
+            d.flush()?;
+        }
+        Ok(s.q8.close(&main.name))
+    }
+
+    fn hooks_until(&self, main: &Device, i: usize, s: &mut RunState) -> Result<()> {
+        while let Some((at, h)) = self.hooks.get(s.next_hook) {
+            if *at > i {
+                break;
+            }
+            s.next_hook += 1;
+            match h {
+                Hook::Issue(k) => self.issue(main, *k, s)?,
+                Hook::Gather(k) => self.gather(main, *k, s)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn issue(&self, main: &Device, k: usize, s: &mut RunState) -> Result<()> {
+        let sm = &self.splits[k];
+        let mut ready: Option<Event> = None;
+        let mut events = Vec::with_capacity(sm.peers.len());
+        for p in &sm.peers {
+            let copy = match sm.slot {
+                Some(slot) => s.q8.peer_copy(slot, p.device.index),
+                None => true,
+            };
+            if copy {
+                if ready.is_none() {
+                    ready = Some(peer::marker(main)?);
+                    main.flush()?;
+                }
+                let wait: Vec<&Event> = ready.iter().collect();
+                // On the peer's queue, so its matmul is ordered after the copy.
+                drop(peer::copy(
+                    &p.device, main, sm.act_src, &p.device, p.act_dst, sm.act_len, &wait,
+                )?);
+                counters::peer_copy();
+                s.q8.stats.peer_copies += 1;
+            }
+            p.launch.enqueue(&p.device)?;
+            counters::peer_launch();
+            events.push(peer::marker(&p.device)?);
+            p.device.flush()?;
+            if !s.touched.iter().any(|d| Arc::ptr_eq(d, &p.device)) {
+                s.touched.push(p.device.clone());
+            }
+        }
+        s.pending[k] = events;
+        Ok(())
+    }
+
+    fn gather(&self, main: &Device, k: usize, s: &mut RunState) -> Result<()> {
+        let sm = &self.splits[k];
+        let events = std::mem::take(&mut s.pending[k]);
+        for (p, done) in sm.peers.iter().zip(events.iter()) {
+            // On the main queue, so everything after it sees the whole result.
+            let g = peer::copy_rows(
+                main,
+                &p.device,
+                p.partial,
+                p.width,
+                main,
+                p.dst,
+                p.dst_pitch,
+                p.width,
+                p.rows,
+                &[done],
+            )?;
+            // The peer's next matmul reuses the partial region: it waits.
+            peer::barrier(&p.device, &[&g])?;
+            p.device.flush()?;
+            counters::gather();
+        }
+        Ok(())
+    }
+}
+
+/// The weight type of a matmul.
+fn st_type(g: &Graph, n: &Node) -> GgmlType {
+    g.ty(n.inputs[0]).dtype
+}
+
+/// The activation conversion of `x` into `scratch` at `offset`, for weights `wt`.
+fn convert_launch(
+    b: &Binder,
+    convert: &str,
+    x: &Operand,
+    scratch: opencl3::types::cl_mem,
+    offset: u64,
+) -> Result<Launch> {
+    let blocks = match convert {
+        "kernel_convert_f16" => x.ne[0],
+        "kernel_quantize_q8_1" => x.ne[0] / 32,
+        _ => x.ne[0] / 256,
+    };
+    let global = [
+        blocks as usize,
+        x.ne[1] as usize,
+        (x.ne[2] * x.ne[3]) as usize,
+    ];
+    grid(b, "mul_mat", convert, global, None, "quantize", |a| {
+        a.tensor(x)?.ptr(scratch, offset)?;
+        Ok(())
+    })
+}
+
+fn portable(wt: GgmlType, w: &Operand, x: &Operand) -> Result<MatmulKernel> {
+    Ok(MatmulKernel {
         program: "mul_mat",
-        name: mm_name,
+        name: format!("kernel_mul_mat_{}", type_suffix(wt)?),
         global: [
             MM_WG * w.ne[1] as usize,
             x.ne[1] as usize,
             (x.ne[2] * x.ne[3]) as usize,
         ],
         local: [MM_WG, 1, 1],
-    };
-    let k = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable);
+    })
+}
+
+/// Activation arguments of a matmul kernel: memory, byte offset, strides.
+type Act = (opencl3::types::cl_mem, u64, [u64; 4]);
+
+fn bind_mm(a: &mut ArgBinder, w: &Operand, act: Act, x: &Operand, dst: &Operand) -> Result<()> {
+    a.tensor(w)?
+        .ptr(act.0, act.1)?
+        .u64x4(act.2)?
+        .i64x4(x.ne)?
+        .tensor(dst)?;
+    Ok(())
+}
+
+pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Result<()> {
+    if let Some(st) = split_weight(b.graph, n) {
+        return lower_split(b, n, v, &st, out);
+    }
+    let g = b.graph;
+    let wt = g.ty(n.inputs[0]).dtype;
+    let w = b.operand(n.inputs[0])?;
+    let x = b.operand(n.inputs[1])?;
+    let dst = b.operand(v)?;
+    let act = activation(b, n, &x, out)?.0;
+    let k = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
     out.push(grid(
         b,
         k.program,
@@ -108,14 +387,214 @@ pub fn lower(b: &mut Binder, n: &Node, v: crate::ir::Value, out: &mut Vec<Launch
         k.global,
         Some(k.local),
         "mul_mat",
-        |a| {
-            a.tensor(&w)?
-                .ptr(act_mem, act_off)?
-                .u64x4(act_nb)?
-                .i64x4(x.ne)?
-                .tensor(&dst)?;
-            Ok(())
-        },
+        |a| bind_mm(a, &w, act, &x, &dst),
     )?);
+    Ok(())
+}
+
+/// Converts `x` as the weight type wants (if it does) into the main scratch:
+/// the cache slot's region for a cacheable activation, else the shared
+/// region. Returns the activation arguments (memory, offset, strides) and
+/// the cache slot.
+fn activation(
+    b: &mut Binder,
+    n: &Node,
+    x: &Operand,
+    out: &mut Vec<Launch>,
+) -> Result<(Act, Option<usize>)> {
+    let g = b.graph;
+    let wt = g.ty(n.inputs[0]).dtype;
+    let Some((convert, row)) = activation_format(wt, x.ne[0]) else {
+        return Ok(((x.mem, x.offset, x.nb), None));
+    };
+    let (scratch, _) = b
+        .scratch
+        .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
+    let slot = q8_key(g, n, b.device.index).and_then(|k| b.mm.q8.find(&k));
+    let offset = slot.map_or(0, |s| b.mm.q8.region(s).0);
+    if let Some(s) = slot {
+        b.mm.q8.bind_launch(out.len(), s);
+    }
+    out.push(convert_launch(b, convert, x, scratch, offset)?);
+    let nb = [
+        0,
+        row,
+        row * x.ne[1] as u64,
+        row * (x.ne[1] * x.ne[2]) as u64,
+    ];
+    Ok(((scratch, offset, nb), slot))
+}
+
+/// The weight rows one device holds, as a kernel operand.
+fn share_operand(st: &SplitTensor, part: usize, full: &crate::ir::TensorType) -> Result<Operand> {
+    let p = &st.parts[part];
+    let buf = p
+        .buf
+        .as_ref()
+        .ok_or_else(|| Error::InvalidGraph("an empty weight share has no memory".into()))?;
+    let rows = p.rows.end - p.rows.start;
+    let mut nb = full.nb;
+    nb[2] = nb[1] * rows as u64;
+    nb[3] = nb[2];
+    Ok(Operand {
+        mem: buf.cl_mem() as _,
+        offset: 0,
+        ne: [full.ne[0], rows, 1, 1],
+        nb,
+    })
+}
+
+fn lower_split(
+    b: &mut Binder,
+    n: &Node,
+    v: Value,
+    st: &Arc<SplitTensor>,
+    out: &mut Vec<Launch>,
+) -> Result<()> {
+    let g = b.graph;
+    let wty = g.ty(n.inputs[0]).clone();
+    let wt = wty.dtype;
+    let name = &g.nodes[n.inputs[0].node].name;
+    if wty.ne[2] != 1 || wty.ne[3] != 1 || st.nrows != wty.ne[1] {
+        return Err(Error::Unsupported(format!(
+            "split weight '{name}' must be a 2-D matrix of {} rows",
+            st.nrows
+        )));
+    }
+    let main_dev = st.parts[st.main].device.clone();
+    if !Arc::ptr_eq(&main_dev, &b.device) {
+        return Err(Error::InvalidGraph(format!(
+            "split weight '{name}' belongs to {} but the graph runs on {}",
+            main_dev.name, b.device.name
+        )));
+    }
+    let x = b.operand(n.inputs[1])?;
+    let dst = b.operand(v)?;
+    if dst.nb[0] != 4
+        || dst.nb[2] != dst.nb[1] * dst.ne[1] as u64
+        || dst.nb[3] != dst.nb[2] * dst.ne[2] as u64
+    {
+        return Err(Error::Unsupported(format!(
+            "split matmul '{}' needs a result with packed columns",
+            n.name
+        )));
+    }
+    for p in &st.parts {
+        if let Some(buf) = &p.buf {
+            b.keep(buf.clone());
+        }
+    }
+    let (act, slot) = activation(b, n, &x, out)?;
+    let cols = (x.ne[1] * x.ne[2] * x.ne[3]) as u64;
+    let raw = activation_format(wt, x.ne[0]).is_none();
+    let (act_src, act_len, peer_act) = if raw {
+        (
+            Region {
+                mem: x.mem,
+                offset: x.offset,
+            },
+            g.ty(n.inputs[1]).span_bytes(),
+            b.mm.raw_off,
+        )
+    } else {
+        let (_, row) = activation_format(wt, x.ne[0]).expect("converted");
+        (
+            Region {
+                mem: act.0,
+                offset: act.1,
+            },
+            row * cols,
+            act.1,
+        )
+    };
+    let peer_nb = if raw { x.nb } else { act.2 };
+    let k = b.mm.splits.len();
+    let mut peers = Vec::new();
+    for (i, p) in st.parts.iter().enumerate() {
+        if i == st.main || p.rows.is_empty() {
+            continue;
+        }
+        let mem = b.mm.peer_mem(&p.device)?;
+        let w = share_operand(st, i, &wty)?;
+        let rows = p.rows.end - p.rows.start;
+        let partial = Operand {
+            mem,
+            offset: b.mm.partial_off,
+            ne: [rows, x.ne[1], x.ne[2], x.ne[3]],
+            nb: [
+                4,
+                4 * rows as u64,
+                4 * (rows * x.ne[1]) as u64,
+                4 * (rows * x.ne[1] * x.ne[2]) as u64,
+            ],
+        };
+        let kk = super::mul_mv::select(&p.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
+        let kernel = program::kernel(&p.device, kk.program, &kk.name)?;
+        bind_mm(
+            &mut ArgBinder::new(&kernel),
+            &w,
+            (mem, peer_act, peer_nb),
+            &x,
+            &partial,
+        )?;
+        peers.push(PeerWork {
+            device: p.device.clone(),
+            act_dst: Region {
+                mem,
+                offset: peer_act,
+            },
+            launch: Launch {
+                kernel,
+                global: kk.global,
+                local: Some(kk.local),
+                dims: 3,
+                kind: "mul_mat",
+            },
+            partial: Region {
+                mem,
+                offset: b.mm.partial_off,
+            },
+            dst: Region {
+                mem: dst.mem,
+                offset: dst.offset + p.rows.start as u64 * 4,
+            },
+            dst_pitch: dst.nb[1],
+            width: 4 * rows as u64,
+            rows: cols,
+        });
+    }
+    let has_peers = !peers.is_empty();
+    b.mm.splits.push(SplitMatmul {
+        act_src,
+        act_len,
+        slot,
+        peers,
+    });
+    if has_peers {
+        b.mm.hooks.push((out.len(), Hook::Issue(k)));
+    }
+    let mp = &st.parts[st.main];
+    if !mp.rows.is_empty() {
+        let w = share_operand(st, st.main, &wty)?;
+        let rows = mp.rows.end - mp.rows.start;
+        let d = Operand {
+            offset: dst.offset + mp.rows.start as u64 * 4,
+            ne: [rows, dst.ne[1], dst.ne[2], dst.ne[3]],
+            ..dst
+        };
+        let kk = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
+        out.push(grid(
+            b,
+            kk.program,
+            &kk.name,
+            kk.global,
+            Some(kk.local),
+            "mul_mat",
+            |a| bind_mm(a, &w, act, &x, &d),
+        )?);
+    }
+    if has_peers {
+        b.mm.hooks.push((out.len(), Hook::Gather(k)));
+    }
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Graph, MemRef, Op, Place, TensorType};
 use crate::runtime::{Device, DeviceBuffer, BUFFER_ALIGNMENT};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Plans kept per request (one per shape set: a stateful decode grows by one
@@ -112,8 +113,8 @@ pub struct Request {
     slot: usize,
     inputs: HashMap<String, HostTensor>,
     state: HashMap<String, State>,
-    plans: Vec<Arc<Entry>>,
-    last: Option<Arc<Entry>>,
+    plans: Vec<Rc<Entry>>,
+    last: Option<Rc<Entry>>,
 }
 
 /// Dims padded to 4 from a rank and a dim list.
@@ -253,7 +254,7 @@ impl Request {
             None => {
                 let placed = place(&target.graph, &resolved, &target.device)?;
                 let plan = Plan::build(&placed.graph, &target.device)?;
-                let e = Arc::new(Entry { key, placed, plan });
+                let e = Rc::new(Entry { key, placed, plan });
                 if self.plans.len() >= PLANS_PER_REQUEST {
                     self.plans.remove(0);
                 }

@@ -11,7 +11,7 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub struct Device {
@@ -33,6 +33,10 @@ pub struct Device {
     /// so a set_tensor after a graph compute sees its results.
     pub queue: CommandQueue,
     pub allocated: AtomicUsize,
+    /// Failures of void entries (set_tensor, synchronize, ...) that could not
+    /// return a status; each backend on the device reports new ones from its
+    /// next graph_compute.
+    pub failures: AtomicU64,
     pub(crate) programs: Mutex<HashMap<&'static str, Arc<Program>>>,
 }
 
@@ -40,6 +44,11 @@ impl Device {
     pub fn free_memory(&self) -> usize {
         self.global_mem
             .saturating_sub(self.allocated.load(Ordering::Relaxed))
+    }
+
+    /// Records a failure that a void entry could not report itself.
+    pub fn mark_failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -166,6 +175,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             platform: pi,
             queue,
             allocated: AtomicUsize::new(0),
+            failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
         };
         log::info(&format!(

@@ -56,6 +56,9 @@ impl<'k> ArgBinder<'k> {
     pub fn u64x4(&mut self, v: [u64; 4]) -> Result<&mut Self> {
         self.raw(&v)
     }
+    pub fn i64(&mut self, v: i64) -> Result<&mut Self> {
+        self.raw(&v)
+    }
     pub fn i64x4(&mut self, v: [i64; 4]) -> Result<&mut Self> {
         self.raw(&v)
     }

@@ -32,7 +32,9 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")],
     ),
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
+    ("peer", &[COMMON, include_str!("kernels/peer.cl")]),
     ("mul_mv", &[COMMON, include_str!("kernels/mul_mv.cl")]),
+    ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
