@@ -10,16 +10,17 @@ use std::sync::Arc;
 
 const COMMON: &str = include_str!("kernels/common.cl");
 const QUANT: &str = include_str!("kernels/quant.cl");
+const LIBM: &str = include_str!("kernels/libm.cl");
 
 /// Every program: its name and the sources concatenated to build it.
 pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("cpy", &[COMMON, include_str!("kernels/cpy.cl")]),
     ("binary", &[COMMON, include_str!("kernels/binary.cl")]),
-    ("unary", &[COMMON, include_str!("kernels/unary.cl")]),
-    ("glu", &[COMMON, include_str!("kernels/glu.cl")]),
+    ("unary", &[COMMON, LIBM, include_str!("kernels/unary.cl")]),
+    ("glu", &[COMMON, LIBM, include_str!("kernels/glu.cl")]),
     ("norm", &[COMMON, include_str!("kernels/norm.cl")]),
-    ("softmax", &[COMMON, include_str!("kernels/softmax.cl")]),
-    ("rope", &[COMMON, include_str!("kernels/rope.cl")]),
+    ("softmax", &[COMMON, LIBM, include_str!("kernels/softmax.cl")]),
+    ("rope", &[COMMON, LIBM, include_str!("kernels/rope.cl")]),
     ("get_rows", &[COMMON, include_str!("kernels/get_rows.cl")]),
     ("set_rows", &[COMMON, include_str!("kernels/set_rows.cl")]),
     ("misc", &[COMMON, include_str!("kernels/misc.cl")]),
