@@ -50,6 +50,9 @@ else
   echo "skipped: ctest/CMakeLists.txt does not exist"
 fi
 
+stage "8b/10 reliability: threads, ASan/LSan, valgrind, cargo-fuzz (scripts/test-reliability.sh)"
+POLYCL_LIB="$POLYCL_LIB" bash scripts/test-reliability.sh
+
 stage "9/10 greedy tokens: polycl vs CPU (scripts/test-greedy.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-greedy.sh
 

@@ -9,7 +9,7 @@
 //! | `panic:ENTRY` | the FFI entry whose boundary label is ENTRY (or ends with ` ENTRY`) panics inside its boundary; `panic:*` matches any entry |
 //! | `alloc` | a device allocation (ggml buffer, plan scratch, weights, state) is refused as out of memory |
 //! | `build` | fetching a kernel program fails as a build failure (cached or not) |
-//! | `queue` | a kernel enqueue fails with CL_OUT_OF_RESOURCES (`queue@5`: the fifth, i.e. mid-graph) |
+//! | `queue` | a queue operation (kernel enqueue, peer transfer) fails with CL_OUT_OF_RESOURCES (`queue@5`: the fifth, i.e. mid-graph) |
 //!
 //! Each fault fires once, on the N-th matching event (default 1), then is
 //! spent; later events run normally, which is what lets a test check that
@@ -155,7 +155,7 @@ pub fn build() -> bool {
     fires(&|k| *k == Kind::Build)
 }
 
-/// Whether the next kernel enqueue must fail.
+/// Whether the next queue operation (kernel enqueue, peer transfer) must fail.
 pub fn queue() -> bool {
     fires(&|k| *k == Kind::Queue)
 }

@@ -793,7 +793,7 @@ fn types_polycl_does_not_support_are_refused_with_a_status() {
         let r = g.convert().and_then(|m| {
             let c = compile(&m, &[0])?;
             let r = request(&c, 0)?;
-            set_input(&r, "x", &[C, 1], &vec![0u8; 16 * 8]);
+            set_input(&r, "x", &[C, 1], &[0u8; 16 * 8]);
             infer(&r)
         });
         match r {

@@ -69,9 +69,7 @@ fn a_kernel_build_failure_is_a_device_error() {
     let (_m, _c, r) = fresh();
     fault::arm_thread("build").unwrap();
     let mut k = cache();
-    let (st, e) = run_step(&r, 0, &mut k)
-        .err()
-        .expect("infer with a failed build");
+    let (st, e) = run_step(&r, 0, &mut k).expect_err("infer with a failed build");
     assert_eq!(fault::disarm_thread(), 0);
     assert_eq!(st, PolyclStatus::DeviceError, "{e}");
     assert!(
@@ -93,9 +91,7 @@ fn a_queue_error_mid_graph_is_a_device_error() {
     // The third kernel of the step fails: two kernels ran, the rest did not.
     fault::arm_thread("queue@3").unwrap();
     let mut k2 = k.clone();
-    let (st, e) = run_step(&r, 1, &mut k2)
-        .err()
-        .expect("infer with a queue error");
+    let (st, e) = run_step(&r, 1, &mut k2).expect_err("infer with a queue error");
     assert_eq!(fault::disarm_thread(), 0);
     assert_eq!(st, PolyclStatus::DeviceError, "{e}");
     assert!(

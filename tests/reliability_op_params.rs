@@ -59,7 +59,7 @@ const DIMS: &[i64] = &[1, 1, 2, 4, 16, 32, 64, 0, 3, 256];
 fn slots(b: &mut Bytes) -> [i32; 16] {
     let mut p = [0i32; 16];
     for s in p.iter_mut() {
-        *s = if b.u8() % 3 == 0 {
+        *s = if b.u8().is_multiple_of(3) {
             b.i32()
         } else {
             b.pick(SLOT_VALUES)
@@ -78,7 +78,7 @@ fn tensor(b: &mut Bytes, name: &str) -> TensorDesc {
         ne[0] = dtype.block_elems() as i64 * (1 + b.u8() as i64 % 2);
     }
     let mut ty = TensorType::contiguous(dtype, ne);
-    if b.u8() % 8 == 0 {
+    if b.u8().is_multiple_of(8) {
         // A permuted (non-contiguous) view.
         ty.nb.swap(1, 2);
         ty.ne.swap(1, 2);
@@ -114,14 +114,14 @@ pub fn drive(data: &[u8]) -> (bool, bool) {
     let raw: Vec<u8> = (0..n).map(|_| b.u8()).collect();
     match OpParams::from_bytes(&raw) {
         Ok(p) => {
-            assert!(n <= 64 && n % 4 == 0, "{n} bytes accepted");
+            assert!(n <= 64 && n.is_multiple_of(4), "{n} bytes accepted");
             for (i, c) in raw.chunks_exact(4).enumerate() {
                 assert_eq!(p.i32(i), i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
             }
             read_all(&p);
         }
         Err(e) => {
-            assert!(n > 64 || n % 4 != 0, "{n} bytes refused: {e}");
+            assert!(n > 64 || !n.is_multiple_of(4), "{n} bytes refused: {e}");
             assert!(e.to_string().contains(&format!("{n} bytes")));
         }
     }
@@ -133,7 +133,7 @@ pub fn drive(data: &[u8]) -> (bool, bool) {
         .map(|i| tensor(&mut b, &format!("src{i}")))
         .collect();
     let mut srcs: Vec<Option<Source>> = (0..n_src).map(|i| Some(Source::Leaf(i))).collect();
-    if n_src > 1 && b.u8() % 5 == 0 {
+    if n_src > 1 && b.u8().is_multiple_of(5) {
         srcs[0] = None;
     }
     let out = tensor(&mut b, "out");

@@ -100,7 +100,7 @@ fn the_program_cache_from_many_threads_gives_one_program_per_device() {
         for (name, p) in &maps[0] {
             // Built at most a few times concurrently, but one program is kept
             // and every later fetch gets it.
-            let kept = program::program(&d, name).unwrap();
+            let kept = program::program(d, name).unwrap();
             assert_eq!(Arc::as_ptr(&kept) as usize, *p, "{}: {name}", d.name);
             for m in &maps[1..] {
                 assert_eq!(m[name], *p, "{}: {name} differs between threads", d.name);

@@ -151,7 +151,9 @@ unsafe extern "C" fn buft_get_name(buft: ggml_backend_buffer_type_t) -> *const c
 }
 
 unsafe extern "C" fn buft_get_alignment(_: ggml_backend_buffer_type_t) -> usize {
-    BUFFER_ALIGNMENT
+    guard("split buft get_alignment", BUFFER_ALIGNMENT, || {
+        BUFFER_ALIGNMENT
+    })
 }
 
 fn buffer_iface() -> ggml_backend_buffer_i {
@@ -195,30 +197,63 @@ unsafe extern "C" fn buft_alloc_buffer(
     })
 }
 
-/// # Safety
-/// `b` must be one of polycl's split buffers.
-unsafe fn ctx<'a>(b: ggml_backend_buffer_t) -> &'a SplitBuffer {
+/// `b`'s context if it is one of polycl's split buffers (non-NULL, with a
+/// context, of a split buffer type); None for anything else, which every
+/// entry refuses instead of dereferencing.
+fn ours<'a>(b: ggml_backend_buffer_t) -> Option<&'a SplitBuffer> {
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; ggml passes a live buffer struct.
+    let (buft, context) = unsafe { ((*b).buft, (*b).context) };
+    if context.is_null() || lookup(buft).is_none() {
+        return None;
+    }
     // SAFETY: split buffers carry a SplitBuffer as context.
-    unsafe { &*((*b).context as *const SplitBuffer) }
+    Some(unsafe { &*(context as *const SplitBuffer) })
+}
+
+/// The device a failed void entry is charged to: the split's main device,
+/// whose graph computes read the split tensors.
+fn charge(b: ggml_backend_buffer_t) -> Option<Arc<Device>> {
+    ours(b).and_then(|c| c.buft.devices.get(c.buft.main).cloned())
+}
+
+fn not_ours() -> crate::error::Error {
+    crate::error::Error::InvalidArgument("buffer is NULL or not a polycl split buffer".into())
 }
 
 unsafe extern "C" fn free_buffer(b: ggml_backend_buffer_t) {
     guard("split free_buffer", (), || {
-        // SAFETY: ggml calls this once per buffer, before deleting it.
+        if ours(b).is_none() {
+            return log::error("split free_buffer: NULL or not a split buffer");
+        }
+        // SAFETY: ours; ggml calls this once per buffer, before deleting it.
         let c = unsafe { Box::from_raw((*b).context as *mut SplitBuffer) };
+        // SAFETY: as above; a repeated free now finds no context and is refused.
+        unsafe { (*b).context = std::ptr::null_mut() };
         peer::remove_range(c.base);
     })
 }
 
 unsafe extern "C" fn get_base(b: ggml_backend_buffer_t) -> *mut c_void {
-    // SAFETY: ggml passes our buffer.
-    unsafe { ctx(b) }.base as *mut c_void
+    guard("split get_base", std::ptr::null_mut(), || {
+        ours(b).map_or(std::ptr::null_mut(), |c| c.base as *mut c_void)
+    })
 }
 
 unsafe extern "C" fn init_tensor(b: ggml_backend_buffer_t, t: *mut ggml_tensor) -> c_int {
     guard("split init_tensor", STATUS_FAILED, || {
-        // SAFETY: ggml passes our buffer and a tensor placed in it.
-        let (c, t) = unsafe { (ctx(b), &*t) };
+        let Some(c) = ours(b) else {
+            log::error("split init_tensor: NULL or not a split buffer");
+            return STATUS_FAILED;
+        };
+        if t.is_null() {
+            log::error("split init_tensor: tensor is NULL");
+            return STATUS_FAILED;
+        }
+        // SAFETY: non-NULL; ggml passes a tensor placed in this buffer.
+        let t = unsafe { &*t };
         if !t.view_src.is_null() {
             // A view reads its parent's shares (the parent was initialised).
             return STATUS_SUCCESS;
@@ -274,95 +309,120 @@ unsafe fn locate(t: *const ggml_tensor) -> Option<(Arc<SplitTensor>, u64)> {
     peer::tensor_at(root).map(|s| (s, offs))
 }
 
-fn report(what: &str, r: crate::error::Result<()>) {
-    if let Err(e) = r {
-        log::error(&format!("split {what}: {e}"));
+/// The split tensor behind `t` and the byte offset of `offset` in it, with
+/// `size` bytes checked against the tensor's own bytes.
+///
+/// # Safety
+/// `t` is NULL or a valid tensor.
+unsafe fn locate_range(
+    t: *const ggml_tensor,
+    offset: usize,
+    size: usize,
+) -> crate::error::Result<(Arc<SplitTensor>, u64)> {
+    use crate::error::Error;
+    if t.is_null() {
+        return Err(Error::InvalidArgument("tensor is NULL".into()));
     }
+    // SAFETY: non-NULL and valid per the contract.
+    let n = unsafe { nbytes(t) };
+    if offset.checked_add(size).is_none_or(|e| e > n) {
+        return Err(Error::InvalidArgument(format!(
+            "{size} bytes at offset {offset} are outside the tensor's {n} bytes"
+        )));
+    }
+    // SAFETY: as above.
+    let (s, o) =
+        unsafe { locate(t) }.ok_or_else(|| Error::InvalidArgument("not a split tensor".into()))?;
+    Ok((s, o + offset as u64))
 }
 
 unsafe extern "C" fn memset_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *mut ggml_tensor,
     value: u8,
     offset: usize,
     size: usize,
 ) {
-    guard("split memset_tensor", (), || {
-        // SAFETY: ggml passes a tensor of this buffer.
-        match unsafe { locate(t) } {
-            Some((s, o)) => report(
-                "memset_tensor",
-                s.fill(o + offset as u64, size as u64, value),
-            ),
-            None => log::error("split memset_tensor: not a split tensor"),
-        }
-    })
+    super::void_entry(
+        "split memset_tensor",
+        || charge(b),
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            // SAFETY: ggml passes NULL or a tensor of this buffer.
+            let (s, o) = unsafe { locate_range(t, offset, size) }?;
+            s.fill(o, size as u64, value)
+        },
+    )
 }
 
 unsafe extern "C" fn set_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *mut ggml_tensor,
     data: *const c_void,
     offset: usize,
     size: usize,
 ) {
-    guard("split set_tensor", (), || {
-        if size == 0 {
-            return;
-        }
-        if data.is_null() {
-            return log::error("split set_tensor: data is NULL");
-        }
-        // SAFETY: ggml passes a tensor of this buffer and `size` readable bytes.
-        let (found, src) = unsafe {
-            (
-                locate(t),
-                std::slice::from_raw_parts(data as *const u8, size),
-            )
-        };
-        match found {
-            Some((s, o)) => report("set_tensor", s.write(o + offset as u64, src)),
-            None => log::error("split set_tensor: not a split tensor"),
-        }
-    })
+    super::void_entry(
+        "split set_tensor",
+        || charge(b),
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            if size == 0 {
+                return Ok(());
+            }
+            if data.is_null() {
+                return Err(crate::error::Error::InvalidArgument("data is NULL".into()));
+            }
+            // SAFETY: ggml passes NULL or a tensor of this buffer.
+            let (s, o) = unsafe { locate_range(t, offset, size) }?;
+            // SAFETY: non-NULL; the caller passes `size` readable bytes.
+            let src = unsafe { std::slice::from_raw_parts(data as *const u8, size) };
+            s.write(o, src)
+        },
+    )
 }
 
 unsafe extern "C" fn get_tensor(
-    _: ggml_backend_buffer_t,
+    b: ggml_backend_buffer_t,
     t: *const ggml_tensor,
     data: *mut c_void,
     offset: usize,
     size: usize,
 ) {
-    guard("split get_tensor", (), || {
-        if size == 0 {
-            return;
-        }
-        if data.is_null() {
-            return log::error("split get_tensor: data is NULL");
-        }
-        // SAFETY: ggml passes a tensor of this buffer and `size` writable bytes.
-        let (found, dst) = unsafe {
-            (
-                locate(t),
-                std::slice::from_raw_parts_mut(data as *mut u8, size),
-            )
-        };
-        match found {
-            Some((s, o)) => report("get_tensor", s.read(o + offset as u64, dst)),
-            None => log::error("split get_tensor: not a split tensor"),
-        }
-    })
+    super::void_entry(
+        "split get_tensor",
+        || charge(b),
+        || {
+            ours(b).ok_or_else(not_ours)?;
+            if size == 0 {
+                return Ok(());
+            }
+            if data.is_null() {
+                return Err(crate::error::Error::InvalidArgument("data is NULL".into()));
+            }
+            // SAFETY: ggml passes NULL or a tensor of this buffer.
+            let (s, o) = unsafe { locate_range(t, offset, size) }?;
+            // SAFETY: non-NULL; the caller passes `size` writable bytes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) };
+            s.read(o, dst)
+        },
+    )
 }
 
 unsafe extern "C" fn clear(b: ggml_backend_buffer_t, value: u8) {
-    guard("split clear", (), || {
-        // SAFETY: ggml passes our buffer.
-        let (base, size) = unsafe { (ctx(b).base, (*b).size as u64) };
-        for s in peer::tensors_in(base, size) {
-            report("clear", s.fill(0, s.nrows as u64 * s.row_bytes, value));
-        }
-    })
+    super::void_entry(
+        "split clear",
+        || charge(b),
+        || {
+            let c = ours(b).ok_or_else(not_ours)?;
+            // SAFETY: ours: a live buffer struct.
+            let size = unsafe { (*b).size } as u64;
+            for s in peer::tensors_in(c.base, size) {
+                s.fill(0, s.nrows as u64 * s.row_bytes, value)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// `supports_op` for ops that read a split buffer: Some(false) refuses the

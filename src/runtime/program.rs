@@ -19,7 +19,10 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("unary", &[COMMON, LIBM, include_str!("kernels/unary.cl")]),
     ("glu", &[COMMON, LIBM, include_str!("kernels/glu.cl")]),
     ("norm", &[COMMON, include_str!("kernels/norm.cl")]),
-    ("softmax", &[COMMON, LIBM, include_str!("kernels/softmax.cl")]),
+    (
+        "softmax",
+        &[COMMON, LIBM, include_str!("kernels/softmax.cl")],
+    ),
     ("rope", &[COMMON, LIBM, include_str!("kernels/rope.cl")]),
     ("get_rows", &[COMMON, include_str!("kernels/get_rows.cl")]),
     ("set_rows", &[COMMON, include_str!("kernels/set_rows.cl")]),
