@@ -160,23 +160,23 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     // SAFETY: ggml passes a valid cgraph whose tensors live in our buffers.
     let key = unsafe { fingerprint(g) };
     let mut cache = c.plans.lock();
-    if cache.get(key).is_none() {
-        // SAFETY: as above.
-        let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
-        let mut ir = frontend::translate(&dec)?;
-        passes::run_pipeline(&mut ir, &mut [])?;
-        let plan = Plan::build(&ir, &c.dev)?;
-        log::debug(&format!(
-            "{}: new plan: {} nodes -> {} launches ({} cached)",
-            c.dev.name,
-            ir.nodes.len(),
-            plan.launches.len(),
-            cache.len()
-        ));
-        cache.insert(key, plan).run()
-    } else {
-        cache.get(key).expect("present").run()
+    // The per-token path: one lookup, then enqueues.
+    if let Some(plan) = cache.get(key) {
+        return plan.run();
     }
+    // SAFETY: as above.
+    let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
+    let mut ir = frontend::translate(&dec)?;
+    passes::run_pipeline(&mut ir, &mut [])?;
+    let plan = Plan::build(&ir, &c.dev)?;
+    log::debug(&format!(
+        "{}: new plan: {} nodes -> {} launches ({} cached)",
+        c.dev.name,
+        ir.nodes.len(),
+        plan.launches.len(),
+        cache.len()
+    ));
+    cache.insert(key, plan).run()
 }
 
 unsafe extern "C" fn graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> c_int {
