@@ -33,7 +33,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
     (
         "flash_attn",
-        &[COMMON, QUANT, include_str!("kernels/flash_attn.cl")],
+        &[COMMON, QUANT, LIBM, include_str!("kernels/flash_attn.cl")],
     ),
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
     ("peer", &[COMMON, include_str!("kernels/peer.cl")]),

@@ -47,62 +47,13 @@
 #define FA_VPT   (FA_DMAX / FA_WG)   // output elements per work-item
 
 // ---------------------------------------------------------------------------
-// float-float helpers (an unevaluated sum hi + lo)
+// float-float helpers beyond libm.cl's ff_* (an unevaluated sum hi + lo)
 // ---------------------------------------------------------------------------
-inline float2 fa_two_sum(float a, float b) {
-    const float s = a + b;
-    const float bb = s - a;
-    return (float2)(s, (a - (s - bb)) + (b - bb));
-}
-inline float2 fa_quick_two_sum(float a, float b) {
-    const float s = a + b;
-    return (float2)(s, b - (s - a));
-}
-inline float2 fa_ff_add(float2 a, float2 b) {
-    float2 s = fa_two_sum(a.x, b.x);
-    const float2 t = fa_two_sum(a.y, b.y);
-    s.y += t.x;
-    s = fa_quick_two_sum(s.x, s.y);
-    s.y += t.y;
-    return fa_quick_two_sum(s.x, s.y);
-}
-inline float2 fa_ff_mul(float2 a, float2 b) {
-    const float p = a.x * b.x;
-    float e = fma(a.x, b.x, -p);
-    e += a.x * b.y + a.y * b.x;
-    return fa_quick_two_sum(p, e);
-}
-inline float2 fa_ff_mul_f(float2 a, float b) {
-    const float p = a.x * b;
-    float e = fma(a.x, b, -p);
-    e += a.y * b;
-    return fa_quick_two_sum(p, e);
-}
-
 inline float2 fa_two_prod(float a, float b) {
     const float p = a * b;
     return (float2)(p, fma(a, b, -p));
 }
 
-// 2^(i/32) as double (glibc's __exp2f_data.tab), split into two floats.
-__constant float2 FA_EXP2_TAB[32] = {
-    (float2)(0x1p+0f, 0.0f), (float2)(0x1.059b0ep+0f, -0x1.9d4f52p-25f),
-    (float2)(0x1.0b5586p+0f, 0x1.9f3122p-25f), (float2)(0x1.11301ep+0f, -0x1.fdb496p-25f),
-    (float2)(0x1.172b84p+0f, -0x1.c15742p-27f), (float2)(0x1.1d4874p+0f, -0x1.d2e8cap-25f),
-    (float2)(0x1.2387a6p+0f, 0x1.ceac48p-25f), (float2)(0x1.29e9ep+0f, -0x1.5c0424p-25f),
-    (float2)(0x1.306fep+0f, 0x1.4636e2p-25f), (float2)(0x1.371a74p+0f, -0x1.18aac6p-25f),
-    (float2)(0x1.3dea64p+0f, 0x1.824684p-25f), (float2)(0x1.44e086p+0f, 0x1.8624b4p-30f),
-    (float2)(0x1.4bfdaep+0f, -0x1.593abcp-25f), (float2)(0x1.5342b6p+0f, -0x1.2c561p-25f),
-    (float2)(0x1.5ab07ep+0f, -0x1.5bd5ecp-27f), (float2)(0x1.6247ecp+0f, -0x1.f8b55p-25f),
-    (float2)(0x1.6a09e6p+0f, 0x1.9fcef4p-26f), (float2)(0x1.71f75ep+0f, 0x1.1d8beep-25f),
-    (float2)(0x1.7a1148p+0f, -0x1.829fdp-25f), (float2)(0x1.82589ap+0f, -0x1.accc7cp-26f),
-    (float2)(0x1.8ace54p+0f, 0x1.15506ep-27f), (float2)(0x1.93737cp+0f, -0x1.e64744p-25f),
-    (float2)(0x1.9c4918p+0f, 0x1.51f848p-27f), (float2)(0x1.a5503cp+0f, -0x1.b83b54p-25f),
-    (float2)(0x1.ae89fap+0f, -0x1.a94b14p-26f), (float2)(0x1.b7f77p+0f, -0x1.a09438p-25f),
-    (float2)(0x1.c199bep+0f, -0x1.3d56b2p-27f), (float2)(0x1.cb720ep+0f, -0x1.8837ccp-27f),
-    (float2)(0x1.d5818ep+0f, -0x1.822dbcp-27f), (float2)(0x1.dfc974p+0f, -0x1.908c94p-25f),
-    (float2)(0x1.ea4afap+0f, 0x1.52486cp-27f), (float2)(0x1.f50766p+0f, -0x1.246ebp-26f),
-};
 
 // expf(x) as glibc 2.36 computes it (sysdeps/ieee754/flt-32/e_expf.c, the Arm
 // optimized-routines algorithm that the CPU backend's libm calls): k = rint(x*32/ln2),
@@ -116,16 +67,16 @@ inline float fa_expf(float x) {
     if (x > 0x1.62e42ep6f) return INFINITY;
     if (x < -0x1.9fe368p6f) return 0.0f;
     // z = x * (32/ln2) with 32/ln2 = 0x1.71547652b82fep+5 = hi + mid + lo
-    float2 z = fa_ff_add(fa_two_prod(x, 0x1.715476p+5f), fa_two_prod(x, 0x1.4ae0cp-21f));
-    z = fa_ff_add(z, (float2)(x * -0x1p-46f, 0.0f));
+    float2 z = ff_add(fa_two_prod(x, 0x1.715476p+5f), fa_two_prod(x, 0x1.4ae0cp-21f));
+    z = ff_add(z, (float2)(x * -0x1p-46f, 0.0f));
     float k = rint(z.x);
-    float2 r = fa_two_sum(z.x - k, z.y);   // z.x - k is exact
+    float2 r = ff_two_sum(z.x - k, z.y);   // z.x - k is exact
     if (r.x > 0.5f || (r.x == 0.5f && r.y > 0.0f)) {
         k += 1.0f;
-        r = fa_two_sum(r.x - 1.0f, r.y);
+        r = ff_two_sum(r.x - 1.0f, r.y);
     } else if (r.x < -0.5f || (r.x == -0.5f && r.y < 0.0f)) {
         k -= 1.0f;
-        r = fa_two_sum(r.x + 1.0f, r.y);
+        r = ff_two_sum(r.x + 1.0f, r.y);
     }
     const int ki = (int)k;
     const int e = (ki - (ki & 31)) / 32;   // floor(k / 32)
@@ -133,11 +84,11 @@ inline float fa_expf(float x) {
     const float2 c0 = (float2)(0x1.c6af84p-20f, 0x1.722472p-45f);
     const float2 c1 = (float2)(0x1.ebfce6p-13f, -0x1.e0a762p-38f);
     const float2 c2 = (float2)(0x1.62e43p-6f, -0x1.e75a54p-35f);
-    const float2 zz = fa_ff_add(fa_ff_mul(c0, r), c1);
-    const float2 r2 = fa_ff_mul(r, r);
-    float2 y = fa_ff_add(fa_ff_mul(c2, r), (float2)(1.0f, 0.0f));
-    y = fa_ff_add(fa_ff_mul(zz, r2), y);
-    y = fa_ff_mul(y, FA_EXP2_TAB[ki & 31]);
+    const float2 zz = ff_add(ff_mul(c0, r), c1);
+    const float2 r2 = ff_mul(r, r);
+    float2 y = ff_add(ff_mul(c2, r), (float2)(1.0f, 0.0f));
+    y = ff_add(ff_mul(zz, r2), y);
+    y = ff_mul(y, gm_exp2_tab[ki & 31]);
     if (e > -126 || (e == -126 && y.x >= 1.0f)) return ldexp(y.x + y.y, e);   // normal result
     // subnormal result: round (y.x + y.y) * 2^e once, to a multiple of 2^-149
     const float hi = ldexp(y.x, e + 149), lo = ldexp(y.y, e + 149);
@@ -154,32 +105,11 @@ inline float fa_pown(float b, int e) {
     float2 r = (float2)(1.0f, 0.0f);
     float2 p = (float2)(b, 0.0f);
     while (e > 0) {
-        if (e & 1) r = fa_ff_mul(r, p);
+        if (e & 1) r = ff_mul(r, p);
         e >>= 1;
-        if (e > 0) p = fa_ff_mul(p, p);
+        if (e > 0) p = ff_mul(p, p);
     }
     return r.x + r.y;
-}
-
-// ggml_v_expf (vec.h, AVX2 + FMA), lane for lane, used by ggml_vec_soft_max_f32.
-inline float fa_cpu_v_expf(float x) {
-    const float r = 0x1.8p23f;
-    const float z = fma(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fma(-n, 0x1.7f7d1cp-20f, fma(-n, 0x1.62e4p-1f, x));
-    const uint  e = as_uint(z) << 23;
-    const float k = as_float(e + as_uint(1.0f));
-    const bool  c = fabs(n) > 126.0f;
-    const float u = b * b;
-    const float j = fma(fma(fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                            fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                        u, 0x1.ffffecp-1f * b);
-    if (!c) return fma(j, k, k);
-    const uint  g  = (n <= 0.0f) ? 0x82000000u : 0u;
-    const float s1 = as_float(g + 0x7f000000u);
-    const float s2 = as_float(e - g);
-    if (fabs(n) > 192.0f) return s1 * s1;
-    return fma(s2, j, s2) * s1;
 }
 
 // ggml_vec_dot_f16(DK, K row, Q) of the AVX2 build: lane i (0..31) is a chain
@@ -201,7 +131,7 @@ inline float fa_dot_f16(const __global char *kr, ulong kst, __local const float 
     float lo = 0.0f;
     for (long i = np; i < DK; ++i) {
         const float p = load_f16(kr + (ulong)i * kst) * qv[i];   // exact (F16 x F16)
-        const float2 s = fa_two_sum(hi, p);
+        const float2 s = ff_two_sum(hi, p);
         hi = s.x;
         lo = lo + s.y;
     }
@@ -326,16 +256,16 @@ kernel void kernel_flash_attn_ext_f16(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSO
                         float p[8];
                         for (int l = 0; l < 8; ++l) {
                             const int t = g + l;
-                            p[l] = (t < cnt) ? fa_cpu_v_expf(sc[t] - M) : 0.0f;
+                            p[l] = (t < cnt) ? cpu_v_expf(sc[t] - M) : 0.0f;
                             if (t < cnt) { cvs[t] = p[l]; cfl[t] = 1; }
                         }
                         const float hs = qk_hsum8(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
-                        const float2 s2 = fa_two_sum(sum.x, hs);
+                        const float2 s2 = ff_two_sum(sum.x, hs);
                         sum = (float2)(s2.x, sum.y + s2.y);
                     }
                     if (rescale) cfl[0] |= 2;
                     // S = (float)((double)S + sum)
-                    const float2 t2 = fa_two_sum(S, sum.x);
+                    const float2 t2 = ff_two_sum(S, sum.x);
                     S = t2.x + (t2.y + sum.y);
                 }
             }
