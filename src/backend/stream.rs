@@ -168,6 +168,11 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
     let mut ir = frontend::translate(&dec)?;
     passes::run_pipeline(&mut ir, &mut [])?;
+    if crate::plan::mul_mv::wanted(&c.dev) {
+        let fused = passes::fuse::run(&mut ir);
+        crate::ir::verify::verify(&ir)?;
+        log::debug(&format!("{}: fused: {fused:?}", c.dev.name));
+    }
     let plan = Plan::build(&ir, &c.dev)?;
     log::debug(&format!(
         "{}: new plan: {} nodes -> {} launches ({} cached)",
@@ -176,6 +181,14 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
         plan.launches.len(),
         cache.len()
     ));
+    if config::get().verbose {
+        let names: Vec<String> = plan
+            .launches
+            .iter()
+            .map(|l| l.kernel.function_name().unwrap_or_default())
+            .collect();
+        log::debug(&format!("{}: launches: {}", c.dev.name, names.join(" ")));
+    }
     cache.insert(key, plan).run()
 }
 

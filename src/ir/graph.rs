@@ -175,10 +175,156 @@ impl Graph {
     pub fn count(&self, kind: &str) -> usize {
         self.nodes.iter().filter(|n| n.op.kind() == kind).count()
     }
+    /// The value `v` is a view of, through views that keep memory, element
+    /// count and a contiguous layout (ggml's RESHAPE); `v` itself otherwise.
+    pub fn reshaped_source(&self, mut v: Value) -> Value {
+        loop {
+            let n = &self.nodes[v.node];
+            if n.op != Op::View || v.port != 0 {
+                return v;
+            }
+            let (outer, inner) = (self.output(v), self.output(n.inputs[0]));
+            if outer.place != inner.place
+                || outer.ty.nelements() != inner.ty.nelements()
+                || !outer.ty.is_contiguous()
+                || !inner.ty.is_contiguous()
+            {
+                return v;
+            }
+            v = n.inputs[0];
+        }
+    }
     /// Nodes that read value `v`.
     pub fn users(&self, v: Value) -> Vec<NodeId> {
         (0..self.nodes.len())
             .filter(|&i| self.nodes[i].inputs.contains(&v))
             .collect()
+    }
+}
+
+impl Graph {
+    /// Replaces `members` (single-output nodes) by one node computing `op` from
+    /// `inputs`, whose port k is `members[k]`'s output: every use of a member
+    /// (node inputs, results) is redirected to its port, the members are
+    /// removed, and the nodes are put back in a topological order that keeps
+    /// the original order wherever dependencies allow (the fused node takes
+    /// the place of its first member). Returns the fused node's id.
+    /// None (graph untouched) where fusing would make a cycle: a path from
+    /// one member through other nodes back to a member.
+    pub fn fuse(
+        &mut self,
+        members: &[NodeId],
+        op: Op,
+        inputs: Vec<Value>,
+        name: String,
+    ) -> Option<NodeId> {
+        if !self.can_fuse(members) {
+            return None;
+        }
+        let first = *members.iter().min().expect("a fusion has members");
+        let outputs: Vec<Output> = members
+            .iter()
+            .map(|&m| self.nodes[m].outputs[0].clone())
+            .collect();
+        let port_names: Vec<String> = members[1..]
+            .iter()
+            .map(|&m| self.nodes[m].name.clone())
+            .collect();
+        let fused = self.nodes.len();
+        self.nodes.push(Node {
+            op,
+            inputs,
+            outputs,
+            name,
+            port_names,
+        });
+        let redirect = |v: Value| match members.iter().position(|&m| m == v.node) {
+            Some(k) if v.port == 0 => Value::new(fused, k as u32),
+            _ => v,
+        };
+        for n in self.nodes.iter_mut() {
+            for v in n.inputs.iter_mut() {
+                *v = redirect(*v);
+            }
+        }
+        for r in self.results.iter_mut() {
+            *r = redirect(*r);
+        }
+        // Stable topological order: among the nodes whose inputs are placed,
+        // the one with the smallest key goes next.
+        let n_all = self.nodes.len();
+        let key = |i: usize| if i == fused { first } else { i };
+        let removed = |i: usize| i != fused && members.contains(&i);
+        let mut pending = vec![0usize; n_all];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); n_all];
+        for (i, n) in self.nodes.iter().enumerate() {
+            if removed(i) {
+                continue;
+            }
+            for v in &n.inputs {
+                pending[i] += 1;
+                users[v.node].push(i);
+            }
+        }
+        let mut ready = std::collections::BinaryHeap::new();
+        for i in (0..n_all).filter(|&i| !removed(i) && pending[i] == 0) {
+            ready.push(std::cmp::Reverse((key(i), i)));
+        }
+        let mut order = Vec::with_capacity(n_all);
+        while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
+            order.push(i);
+            for &u in &users[i] {
+                pending[u] -= 1;
+                if pending[u] == 0 {
+                    ready.push(std::cmp::Reverse((key(u), u)));
+                }
+            }
+        }
+        let mut new_id = vec![usize::MAX; n_all];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old] = new;
+        }
+        let mut old_nodes: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let remap = |v: Value| Value::new(new_id[v.node], v.port);
+        for &old in &order {
+            let mut n = old_nodes[old].take().expect("each node placed once");
+            for v in n.inputs.iter_mut() {
+                *v = remap(*v);
+            }
+            self.nodes.push(n);
+        }
+        for r in self.results.iter_mut() {
+            *r = remap(*r);
+        }
+        Some(new_id[fused])
+    }
+
+    fn can_fuse(&self, members: &[NodeId]) -> bool {
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for v in &n.inputs {
+                users[v.node].push(i);
+            }
+        }
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack: Vec<usize> = members
+            .iter()
+            .flat_map(|&m| users[m].iter().copied())
+            .filter(|u| !members.contains(u))
+            .collect();
+        while let Some(i) = stack.pop() {
+            if members.contains(&i) {
+                return false;
+            }
+            if !std::mem::replace(&mut seen[i], true) {
+                stack.extend(users[i].iter().copied());
+            }
+        }
+        members
+            .iter()
+            .all(|&m| m < self.nodes.len() && self.nodes[m].outputs.len() == 1)
     }
 }

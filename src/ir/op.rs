@@ -82,6 +82,26 @@ pub enum Op {
     /// A view whose layout follows from a rule, so it can be derived once dynamic
     /// dims are known (the C decoder path; the ggml path uses `View`).
     ViewAs(ViewRule),
+    // Fused ops, made by `passes::fuse` on plans for devices that run the fast
+    // kernels. Each writes every output of the nodes it replaced (one port
+    // each, listed per variant), so the host can still read any of them.
+    /// [Add ->] RmsNorm -> Mul(weight row). inputs: [x, w] or [a, b, w];
+    /// outputs: [normed * w, normed] or [normed * w, normed, a + b].
+    FusedRmsNorm {
+        eps: f32,
+        has_add: bool,
+    },
+    /// Matmuls of one activation by `n` weights of one type.
+    /// inputs: [w_0 .. w_{n-1}, x]; outputs: [w_0 x .. w_{n-1} x].
+    MulMatGroup,
+    /// glu(gate x, up x). inputs: [w_gate, w_up, x]; outputs: [glu, gate x, up x].
+    MulMatGlu {
+        kind: GluKind,
+    },
+    /// Rope of Q and K plus the K and V cache writes of one attention layer.
+    /// inputs: [q, k, positions, k_cache, k_rows, v, v_cache, v_rows] (+ freq
+    /// factors); outputs: [rope(q), rope(k), k_cache updated, v_cache updated].
+    RopeStore(RopeParams),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +197,11 @@ impl Op {
             Op::ViewAs(ViewRule::Reshape) => "Reshape",
             Op::ViewAs(ViewRule::Permute(_)) => "Permute",
             Op::ViewAs(ViewRule::Offset(_)) => "ViewAt",
+            Op::FusedRmsNorm { has_add: false, .. } => "FusedRmsNorm",
+            Op::FusedRmsNorm { has_add: true, .. } => "FusedAddRmsNorm",
+            Op::MulMatGroup => "MulMatGroup",
+            Op::MulMatGlu { .. } => "MulMatGlu",
+            Op::RopeStore(_) => "RopeStore",
         }
     }
 
@@ -205,6 +230,16 @@ impl Op {
             Op::SetRows | Op::ScatterRows => 3..=3,
             Op::FlashAttn { has_mask, .. } => {
                 let n = 3 + *has_mask as usize;
+                n..=n
+            }
+            Op::FusedRmsNorm { has_add, .. } => {
+                let n = 2 + *has_add as usize;
+                n..=n
+            }
+            Op::MulMatGroup => 2..=usize::MAX,
+            Op::MulMatGlu { .. } => 3..=3,
+            Op::RopeStore(p) => {
+                let n = 8 + p.has_freq_factors as usize;
                 n..=n
             }
         }

@@ -2,6 +2,7 @@
 //! built-in `lower_set_rows_stateless`, which lowers every `SetRows` left.
 
 pub mod extension;
+pub mod fuse;
 pub mod lower_set_rows_stateless;
 pub mod make_stateful;
 

@@ -419,6 +419,17 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
                     TensorType::contiguous(I32, ne),
                 ]
             }
+            // The fusion passes run on the ggml path only, whose tensors are
+            // all placed; this planner never sees their ops.
+            Op::FusedRmsNorm { .. }
+            | Op::MulMatGroup
+            | Op::MulMatGlu { .. }
+            | Op::RopeStore(_) => {
+                return Err(bad(format!(
+                    "{} is made by the ggml path's fusion passes only",
+                    n.op.kind()
+                )))
+            }
         };
         for (p, t) in out.iter().enumerate() {
             let d = &n.outputs[p].ty;

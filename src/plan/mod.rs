@@ -3,6 +3,8 @@
 
 pub mod cache;
 pub mod flash_attn;
+pub mod fused_matmul;
+pub mod fused_norm;
 pub mod internal;
 pub mod lower;
 pub mod lower_state;
@@ -10,6 +12,7 @@ pub mod mul_mat;
 pub mod mul_mv;
 pub mod q8_cache;
 pub mod request;
+pub mod rope_store;
 
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Place, Value};
@@ -38,9 +41,54 @@ pub struct Binder<'g> {
     buffers: BTreeMap<u64, Arc<DeviceBuffer>>,
     pub scratch: Option<(opencl3::types::cl_mem, usize)>,
     pub mm: mul_mat::MatmulState,
+    /// Value -> Q8_1 cache slot of a matmul that reads it (through views that
+    /// keep its memory and element order).
+    q8_producers: std::collections::HashMap<Value, usize>,
+}
+
+/// Where a fused kernel writes the Q8_1 copy of its output: memory and byte
+/// offset of packed 36-byte blocks, in the output's element order.
+#[derive(Clone, Copy, Debug)]
+pub struct Q8Target {
+    pub mem: opencl3::types::cl_mem,
+    pub offset: u64,
+}
+
+/// For every Q8_1 cache slot, the value whose kernel can write the copy: the
+/// slot's source seen through views that keep its memory, element count and
+/// contiguous layout.
+fn q8_producers(graph: &Graph, mm: &mul_mat::MatmulState) -> std::collections::HashMap<Value, usize> {
+    let mut out = std::collections::HashMap::new();
+    for (slot, key) in mm.q8.keys().iter().enumerate() {
+        let v = graph.reshaped_source(key.source);
+        out.entry(v).or_insert(slot);
+    }
+    out
 }
 
 impl<'g> Binder<'g> {
+    /// Where the kernel producing `v` should also write `v` as Q8_1 blocks, if
+    /// a decode-shaped matmul reads it: the slot is then the producer's to
+    /// fill and the matmul launches no quantize kernel. Call only when the
+    /// kernel will write it.
+    pub fn q8_target(&mut self, v: Value) -> Option<Q8Target> {
+        let slot = *self.q8_producers.get(&v)?;
+        if crate::plan::q8_cache::mode() == 0 || self.mm.q8.is_prefilled(slot) {
+            return None;
+        }
+        let (mem, _) = self.scratch?;
+        self.mm.q8.prefill(slot);
+        Some(Q8Target {
+            mem,
+            offset: self.mm.q8.region(slot).0,
+        })
+    }
+
+    /// Whether `v` has a Q8_1 cache slot a kernel could fill (see `q8_target`).
+    pub fn has_q8_target(&self, v: Value) -> bool {
+        self.q8_producers.contains_key(&v)
+    }
+
     /// Keeps `buf` alive with the plan, which drops when it is freed.
     pub fn keep(&mut self, buf: Arc<DeviceBuffer>) {
         self.buffers.insert(buf.base, buf);
@@ -115,12 +163,14 @@ impl Plan {
         } else {
             None
         };
+        let q8_producers = q8_producers(graph, &mm);
         let mut binder = Binder {
             graph,
             device: device.clone(),
             buffers: BTreeMap::new(),
             scratch: scratch.as_ref().map(|s| (s.cl_mem() as _, s.size)),
             mm,
+            q8_producers,
         };
         let mut launches = Vec::new();
         for (i, n) in graph.nodes.iter().enumerate() {

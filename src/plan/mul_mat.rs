@@ -412,16 +412,19 @@ fn activation(
         .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
     let slot = q8_key(g, n, b.device.index).and_then(|k| b.mm.q8.find(&k));
     let offset = slot.map_or(0, |s| b.mm.q8.region(s).0);
-    if let Some(s) = slot {
-        b.mm.q8.bind_launch(out.len(), s);
-    }
-    out.push(convert_launch(b, convert, x, scratch, offset)?);
     let nb = [
         0,
         row,
         row * x.ne[1] as u64,
         row * (x.ne[1] * x.ne[2]) as u64,
     ];
+    match slot {
+        // The producer's fused kernel already wrote the Q8_1 copy there.
+        Some(s) if b.mm.q8.is_prefilled(s) => return Ok(((scratch, offset, nb), slot)),
+        Some(s) => b.mm.q8.bind_launch(out.len(), s),
+        None => {}
+    }
+    out.push(convert_launch(b, convert, x, scratch, offset)?);
     Ok(((scratch, offset, nb), slot))
 }
 

@@ -19,7 +19,8 @@ const MAX_MV_BATCH: i64 = 8;
 const MM_TILE: usize = 64;
 const MM_T: usize = 16;
 
-fn wanted(device: &Device) -> bool {
+/// Whether `device` runs the fast kernels (and the fusions made for them).
+pub fn wanted(device: &Device) -> bool {
     config::get().fast_kernels.unwrap_or(device.is_gpu)
 }
 

@@ -60,6 +60,9 @@ pub struct Table {
     index: HashMap<Key, usize>,
     /// Main-device launch index -> slot of the quantize kernel it runs.
     by_launch: HashMap<usize, usize>,
+    /// Slots the activation's producer fills itself (a fused kernel writes
+    /// the Q8_1 copy next to its F32 output), so no quantize launch exists.
+    prefilled: Vec<bool>,
 }
 
 impl Table {
@@ -74,7 +77,22 @@ impl Table {
         *next += bytes.div_ceil(128) * 128;
         self.index.insert(key.clone(), s);
         self.keys.push(key);
+        self.prefilled.push(false);
         s
+    }
+
+    /// Every slot's key, by slot.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// Marks slot `s` as written by its activation's producer.
+    pub fn prefill(&mut self, s: usize) {
+        self.prefilled[s] = true;
+    }
+
+    pub fn is_prefilled(&self, s: usize) -> bool {
+        self.prefilled[s]
     }
 
     /// The slot of an already planned key.

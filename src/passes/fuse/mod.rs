@@ -1,0 +1,56 @@
+//! Fusion passes for devices that run the fast kernels: each file holds one
+//! pattern, its preconditions and the rewrite into one fused op (ir/op.rs),
+//! so a decode step launches as few kernels as possible. A fused node writes
+//! every output of the nodes it replaces (the host may read any of them), so
+//! fusing never changes what a graph computes, only how many launches it
+//! takes. The planner lowers the fused ops (plan/fused_*.rs, plan/rope_store.rs).
+
+pub mod matmul_glu;
+pub mod matmul_group;
+pub mod rms_norm;
+pub mod rope_store;
+
+use crate::ir::{Graph, Place, Value};
+
+/// Fusions made by one run, by pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fused {
+    pub rms_norm: usize,
+    pub matmul_group: usize,
+    pub matmul_glu: usize,
+    pub rope_store: usize,
+}
+
+/// Runs every fusion pass; the order matters only for speed of matching.
+pub fn run(g: &mut Graph) -> Fused {
+    Fused {
+        rms_norm: rms_norm::run(g),
+        matmul_glu: matmul_glu::run(g),
+        matmul_group: matmul_group::run(g),
+        rope_store: rope_store::run(g),
+    }
+}
+
+/// The nodes that read `v`, for every value at once: users[node][port].
+pub(crate) fn users(g: &Graph) -> Vec<Vec<Vec<usize>>> {
+    let mut u: Vec<Vec<Vec<usize>>> = g
+        .nodes
+        .iter()
+        .map(|n| vec![Vec::new(); n.outputs.len()])
+        .collect();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in &n.inputs {
+            u[v.node][v.port as usize].push(i);
+        }
+    }
+    u
+}
+
+/// Whether `v` is a weight split across devices (`-sm row`): those matmuls
+/// are lowered with peer work and are never fused.
+pub(crate) fn is_split_weight(g: &Graph, v: Value) -> bool {
+    match g.output(v).place {
+        Place::Bound(m) => crate::runtime::peer::tensor_at(m.buffer + m.offset).is_some(),
+        Place::Internal => false,
+    }
+}
