@@ -8,6 +8,7 @@
 //! | `POLYCL_PROGRAM_CACHE` | a folder, or `0` | where built kernel binaries are kept across runs (default `$XDG_CACHE_HOME/polycl` or `~/.cache/polycl`); `0` disables |
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
+//! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
 
@@ -23,6 +24,8 @@ pub struct Config {
     /// Injected faults (`POLYCL_FAULT`), for reliability tests.
     pub faults: Vec<crate::fault::Fault>,
     pub fast_kernels: Option<bool>,
+    /// Fusion passes on fast-kernel devices (`POLYCL_FUSE`, default on).
+    pub fuse: bool,
     pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
@@ -36,6 +39,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     let mut c = Config {
         plan_cache_size: 64,
         q8_cache: 1,
+        fuse: true,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -82,6 +86,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             "1" => c.fast_kernels = Some(true),
             _ => c.problems.push(format!(
                 "POLYCL_FAST_KERNELS={v:?}: expected 0 or 1; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FUSE") {
+        match v.trim() {
+            "0" => c.fuse = false,
+            "1" => c.fuse = true,
+            _ => c.problems.push(format!(
+                "POLYCL_FUSE={v:?}: expected 0 or 1; fusing"
             )),
         }
     }

@@ -168,7 +168,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
     let mut ir = frontend::translate(&dec)?;
     passes::run_pipeline(&mut ir, &mut [])?;
-    if crate::plan::mul_mv::wanted(&c.dev) {
+    if config::get().fuse && crate::plan::mul_mv::wanted(&c.dev) {
         let fused = passes::fuse::run(&mut ir);
         crate::ir::verify::verify(&ir)?;
         log::debug(&format!("{}: fused: {fused:?}", c.dev.name));
