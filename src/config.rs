@@ -93,9 +93,9 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         match v.trim() {
             "0" => c.fuse = false,
             "1" => c.fuse = true,
-            _ => c.problems.push(format!(
-                "POLYCL_FUSE={v:?}: expected 0 or 1; fusing"
-            )),
+            _ => c
+                .problems
+                .push(format!("POLYCL_FUSE={v:?}: expected 0 or 1; fusing")),
         }
     }
     if let Some(v) = get("POLYCL_Q8_CACHE") {

@@ -209,8 +209,11 @@ impl Graph {
     /// removed, and the nodes are put back in a topological order that keeps
     /// the original order wherever dependencies allow (the fused node takes
     /// the place of its first member). Returns the fused node's id.
-    /// None (graph untouched) where fusing would make a cycle: a path from
-    /// one member through other nodes back to a member.
+    /// None (graph untouched) where fusing would make a cycle (a path from
+    /// one member through other nodes back to a member), or where a node that
+    /// computes something sits between two members: the host's allocator
+    /// placed tensors for the original order, so a fused node may only take
+    /// the place of a run of members (views and parameters in between move).
     pub fn fuse(
         &mut self,
         members: &[NodeId],
@@ -303,6 +306,14 @@ impl Graph {
     }
 
     fn can_fuse(&self, members: &[NodeId]) -> bool {
+        let (Some(&lo), Some(&hi)) = (members.iter().min(), members.iter().max()) else {
+            return false;
+        };
+        if hi >= self.nodes.len()
+            || (lo..hi).any(|i| !members.contains(&i) && !self.nodes[i].op.is_view())
+        {
+            return false;
+        }
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
             for v in &n.inputs {

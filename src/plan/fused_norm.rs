@@ -1,17 +1,58 @@
-//! FusedRmsNorm lowering.
+//! FusedRmsNorm lowering: one launch of `kernel_fused_rms_norm` (fused_norm.cl)
+//! per graph node, writing the Q8_1 copy of its result into the cache slot of
+//! the decode matmul that reads it, when there is one.
 
+use super::lower::grid;
 use super::Binder;
-use crate::error::{Error, Result};
-use crate::ir::Node;
+use crate::error::Result;
+use crate::ir::{Node, Value};
 use crate::runtime::executor::Launch;
 
+/// Work-group size of the kernel (FN_WG).
+const WG: usize = 128;
+
 pub fn lower(
-    _b: &mut Binder,
-    _id: usize,
+    b: &mut Binder,
+    id: usize,
     n: &Node,
-    _eps: f32,
-    _has_add: bool,
-    _out: &mut Vec<Launch>,
+    eps: f32,
+    has_add: bool,
+    out: &mut Vec<Launch>,
 ) -> Result<()> {
-    Err(Error::Unsupported(format!("FusedRmsNorm '{}'", n.name)))
+    let a = b.operand(n.inputs[0])?;
+    let (bb, w) = if has_add {
+        (b.operand(n.inputs[1])?, b.operand(n.inputs[2])?)
+    } else {
+        (a, b.operand(n.inputs[1])?)
+    };
+    let dst = b.operand(Value::new(id, 0))?;
+    let normed = b.operand(Value::new(id, 1))?;
+    let sum = if has_add {
+        b.operand(Value::new(id, 2))?
+    } else {
+        normed
+    };
+    let contiguous = b.graph.ty(Value::new(id, 0)).is_contiguous();
+    let q8 = if dst.ne[0] % 32 == 0 && contiguous {
+        b.q8_target(Value::new(id, 0))
+    } else {
+        None
+    };
+    let (q8_mem, q8_off) = q8.map_or((dst.mem, 0), |t| (t.mem, t.offset));
+    let global = [WG, dst.ne[1] as usize, (dst.ne[2] * dst.ne[3]) as usize];
+    out.push(grid(
+        b,
+        "fused_norm",
+        "kernel_fused_rms_norm",
+        global,
+        Some([WG, 1, 1]),
+        "norm",
+        |k| {
+            k.tensor(&a)?.tensor(&bb)?.i32(has_add as i32)?;
+            k.tensor(&sum)?.tensor(&normed)?.tensor(&w)?.tensor(&dst)?;
+            k.f32(eps)?.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
+            Ok(())
+        },
+    )?);
+    Ok(())
 }

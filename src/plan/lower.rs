@@ -374,7 +374,9 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             Ok(())
         }
         Op::MulMat => super::mul_mat::lower(b, n, v, out),
-        Op::FusedRmsNorm { eps, has_add } => super::fused_norm::lower(b, id, n, *eps, *has_add, out),
+        Op::FusedRmsNorm { eps, has_add } => {
+            super::fused_norm::lower(b, id, n, *eps, *has_add, out)
+        }
         Op::MulMatGroup => super::fused_matmul::lower_group(b, id, n, out),
         Op::MulMatGlu { kind } => super::fused_matmul::lower_glu(b, id, n, *kind, out),
         Op::RopeStore(p) => super::rope_store::lower(b, id, n, p, out),

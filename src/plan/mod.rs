@@ -57,7 +57,10 @@ pub struct Q8Target {
 /// For every Q8_1 cache slot, the value whose kernel can write the copy: the
 /// slot's source seen through views that keep its memory, element count and
 /// contiguous layout.
-fn q8_producers(graph: &Graph, mm: &mul_mat::MatmulState) -> std::collections::HashMap<Value, usize> {
+fn q8_producers(
+    graph: &Graph,
+    mm: &mul_mat::MatmulState,
+) -> std::collections::HashMap<Value, usize> {
     let mut out = std::collections::HashMap::new();
     for (slot, key) in mm.q8.keys().iter().enumerate() {
         let v = graph.reshaped_source(key.source);

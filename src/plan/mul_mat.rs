@@ -49,13 +49,24 @@ pub fn activation_format(w: GgmlType, ne10: i64) -> Option<(&'static str, u64)> 
     }
 }
 
+/// (weight, activation) of a matmul node, fused ones included (their first
+/// weight: every weight of a fused matmul has one type and one row length).
+pub fn matmul_operands(n: &Node) -> Option<(Value, Value)> {
+    match n.op {
+        Op::MulMat | Op::MulMatGroup | Op::MulMatGlu { .. } => {
+            Some((n.inputs[0], *n.inputs.last()?))
+        }
+        _ => None,
+    }
+}
+
 /// Scratch bytes a node needs (converted activations of a matmul).
 pub fn scratch_bytes(g: &Graph, n: &Node) -> usize {
-    if n.op != Op::MulMat {
+    let Some((w, x)) = matmul_operands(n) else {
         return 0;
-    }
-    let w = g.ty(n.inputs[0]);
-    let x = g.ty(n.inputs[1]);
+    };
+    let w = g.ty(w);
+    let x = g.ty(x);
     match activation_format(w.dtype, x.ne[0]) {
         Some((_, row)) => (row * (x.ne[1] * x.ne[2] * x.ne[3]) as u64) as usize,
         None => 0,
@@ -76,17 +87,17 @@ pub fn split_weight(g: &Graph, n: &Node) -> Option<Arc<SplitTensor>> {
 
 /// The cache key of a matmul's activation, if the cache applies: Q8_1
 /// activations of the decode shape (contiguous, one column).
-fn q8_key(g: &Graph, n: &Node, device: usize) -> Option<Key> {
-    let (convert, row) = activation_format(g.ty(n.inputs[0]).dtype, g.ty(n.inputs[1]).ne[0])?;
-    let x = g.ty(n.inputs[1]);
+fn q8_key(g: &Graph, (w, xv): (Value, Value), device: usize) -> Option<Key> {
+    let (convert, row) = activation_format(g.ty(w).dtype, g.ty(xv).ne[0])?;
+    let x = g.ty(xv);
     if convert != "kernel_quantize_q8_1" || x.ne[1..] != [1, 1, 1] || !x.is_contiguous() {
         return None;
     }
-    let Place::Bound(data) = g.output(n.inputs[1]).place else {
+    let Place::Bound(data) = g.output(xv).place else {
         return None;
     };
     Some(Key {
-        source: n.inputs[1],
+        source: xv,
         data,
         device,
         ne10: x.ne[0],
@@ -156,8 +167,11 @@ impl MatmulState {
         let mut shared = 0u64;
         let mut raw = 0u64;
         let mut partial = 0u64;
-        for n in graph.nodes.iter().filter(|n| n.op == Op::MulMat) {
+        for n in graph.nodes.iter() {
             shared = shared.max(scratch_bytes(graph, n) as u64);
+            if n.op != Op::MulMat {
+                continue;
+            }
             if let Some(st) = split_weight(graph, n) {
                 let x = graph.ty(n.inputs[1]);
                 if activation_format(st_type(graph, n), x.ne[0]).is_none() {
@@ -171,8 +185,8 @@ impl MatmulState {
         }
         let mut q8 = Table::default();
         let mut next = align(shared);
-        for n in graph.nodes.iter().filter(|n| n.op == Op::MulMat) {
-            if let Some(k) = q8_key(graph, n, device.index) {
+        for n in graph.nodes.iter() {
+            if let Some(k) = matmul_operands(n).and_then(|wx| q8_key(graph, wx, device.index)) {
                 let bytes = k.padded_row * k.nrows as u64;
                 q8.slot(k, bytes, &mut next);
             }
@@ -358,9 +372,15 @@ fn portable(wt: GgmlType, w: &Operand, x: &Operand) -> Result<MatmulKernel> {
 }
 
 /// Activation arguments of a matmul kernel: memory, byte offset, strides.
-type Act = (opencl3::types::cl_mem, u64, [u64; 4]);
+pub(crate) type Act = (opencl3::types::cl_mem, u64, [u64; 4]);
 
-fn bind_mm(a: &mut ArgBinder, w: &Operand, act: Act, x: &Operand, dst: &Operand) -> Result<()> {
+pub(crate) fn bind_mm(
+    a: &mut ArgBinder,
+    w: &Operand,
+    act: Act,
+    x: &Operand,
+    dst: &Operand,
+) -> Result<()> {
     a.tensor(w)?
         .ptr(act.0, act.1)?
         .u64x4(act.2)?
@@ -378,7 +398,7 @@ pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Resul
     let w = b.operand(n.inputs[0])?;
     let x = b.operand(n.inputs[1])?;
     let dst = b.operand(v)?;
-    let act = activation(b, n, &x, out)?.0;
+    let act = activation(b, (n.inputs[0], n.inputs[1]), &x, out)?.0;
     let k = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
     out.push(grid(
         b,
@@ -396,21 +416,21 @@ pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Resul
 /// the cache slot's region for a cacheable activation, else the shared
 /// region. Returns the activation arguments (memory, offset, strides) and
 /// the cache slot.
-fn activation(
+pub(crate) fn activation(
     b: &mut Binder,
-    n: &Node,
+    wx: (Value, Value),
     x: &Operand,
     out: &mut Vec<Launch>,
 ) -> Result<(Act, Option<usize>)> {
     let g = b.graph;
-    let wt = g.ty(n.inputs[0]).dtype;
+    let wt = g.ty(wx.0).dtype;
     let Some((convert, row)) = activation_format(wt, x.ne[0]) else {
         return Ok(((x.mem, x.offset, x.nb), None));
     };
     let (scratch, _) = b
         .scratch
         .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
-    let slot = q8_key(g, n, b.device.index).and_then(|k| b.mm.q8.find(&k));
+    let slot = q8_key(g, wx, b.device.index).and_then(|k| b.mm.q8.find(&k));
     let offset = slot.map_or(0, |s| b.mm.q8.region(s).0);
     let nb = [
         0,
@@ -487,7 +507,7 @@ fn lower_split(
             b.keep(buf.clone());
         }
     }
-    let (act, slot) = activation(b, n, &x, out)?;
+    let (act, slot) = activation(b, (n.inputs[0], n.inputs[1]), &x, out)?;
     let cols = (x.ne[1] * x.ne[2] * x.ne[3]) as u64;
     let raw = activation_format(wt, x.ne[0]).is_none();
     let (act_src, act_len, peer_act) = if raw {

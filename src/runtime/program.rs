@@ -39,8 +39,14 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("peer", &[COMMON, include_str!("kernels/peer.cl")]),
     ("mul_mv", &[COMMON, include_str!("kernels/mul_mv.cl")]),
     ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
-    ("fused_norm", &[COMMON, include_str!("kernels/fused_norm.cl")]),
-    ("rope_store", &[COMMON, include_str!("kernels/rope_store.cl")]),
+    (
+        "fused_norm",
+        &[COMMON, include_str!("kernels/fused_norm.cl")],
+    ),
+    (
+        "rope_store",
+        &[COMMON, include_str!("kernels/rope_store.cl")],
+    ),
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
