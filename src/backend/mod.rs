@@ -6,6 +6,7 @@ pub mod buffer;
 pub mod buffer_type;
 pub mod comm;
 pub mod device;
+pub mod optimize;
 pub mod reg;
 pub mod split;
 pub mod stream;

@@ -66,7 +66,7 @@ pub unsafe extern "C" fn init_backend(
                 graph_compute: Some(graph_compute),
                 event_record: Some(super::comm::event_record),
                 event_wait: Some(super::comm::event_wait),
-                graph_optimize: None,
+                graph_optimize: Some(super::optimize::graph_optimize),
             },
             device: dev,
             context: ctx as *mut c_void,
@@ -167,6 +167,9 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     // SAFETY: as above.
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
     let mut ir = frontend::translate(&dec)?;
+    if std::env::var("POLYCL_DUMP_TMP").is_ok() {
+        eprintln!("{}", crate::ir::dump::dump(&ir));
+    }
     passes::run_pipeline(&mut ir, &mut [])?;
     if config::get().fuse && crate::plan::mul_mv::wanted(&c.dev) {
         let fused = passes::fuse::run(&mut ir);

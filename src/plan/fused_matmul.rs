@@ -1,20 +1,134 @@
-//! MulMatGroup and MulMatGlu lowering.
+//! MulMatGroup and MulMatGlu lowering: the activation is quantized to Q8_1
+//! once (or was written by its producer, `Binder::q8_target`), then one
+//! launch of the group or GLU kernel of `mul_mv.cl`. The passes only make
+//! these ops for Q4_0/Q8_0 weights and one-column activations.
 
+use super::lower::grid;
+use super::mul_mat::activation;
 use super::Binder;
 use crate::error::{Error, Result};
-use crate::ir::{GluKind, Node};
-use crate::runtime::executor::Launch;
+use crate::ggml::types::GgmlType::{Q4_0, Q8_0};
+use crate::ir::{GluKind, Node, Value};
+use crate::runtime::executor::{Launch, Operand};
 
-pub fn lower_group(_b: &mut Binder, _id: usize, n: &Node, _out: &mut Vec<Launch>) -> Result<()> {
-    Err(Error::Unsupported(format!("MulMatGroup '{}'", n.name)))
+/// Rows a work-group and lanes a row of the group kernel (MV_ROWS, MV_LANES).
+const MV_ROWS: usize = 4;
+const MV_LANES: usize = 32;
+/// Row groups a work-group of the GLU kernel (GLU_WARPS).
+const GLU_WARPS: usize = 8;
+
+fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
+    match b.graph.ty(w).dtype {
+        Q4_0 => Ok("q4_0"),
+        Q8_0 => Ok("q8_0"),
+        t => Err(Error::Unsupported(format!(
+            "fused matmul '{}' with {} weights",
+            n.name,
+            t.name()
+        ))),
+    }
+}
+
+/// The Q8_1 activation of a fused matmul: (memory, byte offset).
+fn q8_activation(b: &mut Binder, n: &Node, out: &mut Vec<Launch>) -> Result<(Operand, u64)> {
+    let xv = *n.inputs.last().expect("arity checked");
+    let x = b.operand(xv)?;
+    let (act, _) = activation(b, (n.inputs[0], xv), &x, out)?;
+    Ok((
+        Operand {
+            mem: act.0,
+            offset: act.1,
+            ..x
+        },
+        act.1,
+    ))
+}
+
+pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Result<()> {
+    let m = n.inputs.len() - 1;
+    if !(1..=3).contains(&m) {
+        return Err(Error::Unsupported(format!(
+            "MulMatGroup '{}' of {m} matrices (1 to 3)",
+            n.name
+        )));
+    }
+    let name = format!("kernel_mul_mv_group_{}", suffix(b, n.inputs[0], n)?);
+    let mut ws = Vec::with_capacity(3);
+    let mut ds = Vec::with_capacity(3);
+    for k in 0..m {
+        ws.push(b.operand(n.inputs[k])?);
+        ds.push(b.operand(Value::new(id, k as u32))?);
+    }
+    let (act, act_off) = q8_activation(b, n, out)?;
+    let groups: Vec<usize> = ws
+        .iter()
+        .map(|w| (w.ne[1] as usize).div_ceil(MV_ROWS))
+        .collect();
+    // Unused slots repeat the last matrix; no work-group selects them.
+    while ws.len() < 3 {
+        ws.push(*ws.last().expect("one matrix at least"));
+        ds.push(*ds.last().expect("one result at least"));
+    }
+    let total: usize = groups.iter().sum();
+    let (g0, g1) = (groups[0] as i64, groups.get(1).copied().unwrap_or(0) as i64);
+    out.push(grid(
+        b,
+        "mul_mv",
+        &name,
+        [total * MV_ROWS * MV_LANES, 1, 1],
+        Some([MV_ROWS * MV_LANES, 1, 1]),
+        "mul_mat",
+        |a| {
+            a.tensor(&ws[0])?.tensor(&ws[1])?.tensor(&ws[2])?;
+            a.ptr(act.mem, act_off)?;
+            a.tensor(&ds[0])?.tensor(&ds[1])?.tensor(&ds[2])?;
+            a.i64(g0)?.i64(g1)?;
+            Ok(())
+        },
+    )?);
+    Ok(())
 }
 
 pub fn lower_glu(
-    _b: &mut Binder,
-    _id: usize,
+    b: &mut Binder,
+    id: usize,
     n: &Node,
-    _kind: GluKind,
-    _out: &mut Vec<Launch>,
+    kind: GluKind,
+    out: &mut Vec<Launch>,
 ) -> Result<()> {
-    Err(Error::Unsupported(format!("MulMatGlu '{}'", n.name)))
+    if kind != GluKind::Swiglu {
+        return Err(Error::Unsupported(format!(
+            "MulMatGlu '{}': only SwiGLU is fused",
+            n.name
+        )));
+    }
+    let name = format!("kernel_mul_mv_glu_{}", suffix(b, n.inputs[0], n)?);
+    let (wg, wu) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?);
+    let dglu = b.operand(Value::new(id, 0))?;
+    let dgate = b.operand(Value::new(id, 1))?;
+    let dup = b.operand(Value::new(id, 2))?;
+    let (act, act_off) = q8_activation(b, n, out)?;
+    let rows = wg.ne[1] as usize;
+    let q8 = if rows % 32 == 0 {
+        b.q8_target(Value::new(id, 0))
+    } else {
+        None
+    };
+    let (q8_mem, q8_off) = q8.map_or((dglu.mem, 0), |t| (t.mem, t.offset));
+    let per_group = GLU_WARPS * MV_ROWS;
+    out.push(grid(
+        b,
+        "mul_mv",
+        &name,
+        [rows.div_ceil(per_group) * GLU_WARPS * MV_LANES, 1, 1],
+        Some([GLU_WARPS * MV_LANES, 1, 1]),
+        "mul_mat",
+        |a| {
+            a.tensor(&wg)?.tensor(&wu)?.ptr(act.mem, act_off)?;
+            a.tensor(&dglu)?.tensor(&dgate)?.tensor(&dup)?;
+            a.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
+            Ok(())
+        },
+    )?);
+    Ok(())
 }

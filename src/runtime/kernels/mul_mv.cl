@@ -81,10 +81,10 @@ inline int load_i32_a2(const __global char *p) {
     const float total = lane_sum(sum, scratch);                                       \
     if (live && lane == 0) store_f32(AT(dst, i01, i11, i12, i13), total);
 
+// One lane's share of a row's dot product; the caller sums the 32 lanes.
 // Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
-kernel void kernel_mul_mv_q4_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
-                               long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
+inline float mv_row_q4_0(const __global char *wrow, const __global char *arow, long nblocks,
+                         int lane) {
     float sum = 0.0f;
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *wb = wrow + ib * 18;
@@ -108,13 +108,12 @@ kernel void kernel_mul_mv_q4_0(CTENSOR(w), __global const char *act, ulong act_o
         isum = dot4((q >> 4) & 0x0F0F0F0F, a.s7, isum);
         sum += dw * (da * (float)isum - 8.0f * sa);
     }
-    MV_EPILOGUE
+    return sum;
 }
 
 // Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
-kernel void kernel_mul_mv_q8_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
-                               long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
+inline float mv_row_q8_0(const __global char *wrow, const __global char *arow, long nblocks,
+                         int lane) {
     float sum = 0.0f;
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *wb = wrow + ib * 34;
@@ -133,8 +132,120 @@ kernel void kernel_mul_mv_q8_0(CTENSOR(w), __global const char *act, ulong act_o
         isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
         sum += dw * da * (float)isum;
     }
+    return sum;
+}
+
+kernel void kernel_mul_mv_q4_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
+                               long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    const float sum = mv_row_q4_0(wrow, arow, nblocks, lane);
     MV_EPILOGUE
 }
+
+kernel void kernel_mul_mv_q8_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
+                               long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    const float sum = mv_row_q8_0(wrow, arow, nblocks, lane);
+    MV_EPILOGUE
+}
+
+// ---------------------------------------------------------------------------
+// Fused decode matmuls (passes/fuse): one activation row (Q8_1), 2-D weights
+// of one type and row length, F32 results of one column, contiguous.
+// ---------------------------------------------------------------------------
+
+// MulMatGroup: up to three matrices in one launch, MV_ROWS rows a work-group;
+// matrix 0 takes the first g0 groups, matrix 1 the next g1, matrix 2 the rest.
+// global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
+#define MV_GROUP_KERNEL(NAME, ROWDOT)                                                       \
+kernel void NAME(CTENSOR(w0), CTENSOR(w1), CTENSOR(w2), __global const char *act,          \
+                 ulong act_off, TENSOR(d0), TENSOR(d1), TENSOR(d2), long g0, long g1) {     \
+    __local float scratch_all[MV_ROWS * MV_LANES];                                          \
+    const int lane = get_local_id(0) % MV_LANES;                                            \
+    const int group = get_local_id(0) / MV_LANES;                                           \
+    __local float *scratch = scratch_all + group * MV_LANES;                                \
+    const long gid = get_group_id(0);                                                       \
+    const int m = gid < g0 ? 0 : (gid < g0 + g1 ? 1 : 2);                                   \
+    const long r = (gid - (m == 0 ? 0 : (m == 1 ? g0 : g0 + g1))) * MV_ROWS + group;        \
+    const __global char *w = m == 0 ? w0 + w0_off : (m == 1 ? w1 + w1_off : w2 + w2_off);   \
+    const ulong w_nb1 = m == 0 ? w0_nb.s1 : (m == 1 ? w1_nb.s1 : w2_nb.s1);                 \
+    const long rows = m == 0 ? w0_ne.s1 : (m == 1 ? w1_ne.s1 : w2_ne.s1);                   \
+    __global char *d = m == 0 ? d0 + d0_off : (m == 1 ? d1 + d1_off : d2 + d2_off);         \
+    const bool live = r < rows;                                                             \
+    const float sum = ROWDOT(w + (live ? r : 0) * w_nb1, act + act_off, w0_ne.s0 / QK, lane); \
+    const float total = lane_sum(sum, scratch);                                             \
+    if (live && lane == 0) store_f32(d + r * 4, total);                                     \
+}
+
+MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row_q4_0)
+MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row_q8_0)
+
+// MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
+// rows a work-group of GLU_WARPS row groups (each MV_ROWS rows of both
+// matrices), so one work-group makes whole Q8_1 blocks of the result for the
+// next matmul (has_q8; needs rows % 32 == 0).
+// global {ceil(rows / GLU_ROWS) * GLU_WARPS * MV_LANES}, local {GLU_WARPS * MV_LANES}.
+#define GLU_WARPS 8
+#define GLU_ROWS (GLU_WARPS * MV_ROWS)
+#define MV_GLU_KERNEL(NAME, ROWDOT)                                                         \
+kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_off,        \
+                 TENSOR(dglu), TENSOR(dgate), TENSOR(dup), __global char *q8, ulong q8_off,  \
+                 int has_q8) {                                                              \
+    __local float scratch_all[GLU_WARPS * MV_LANES];                                        \
+    __local float lg[GLU_ROWS], lu[GLU_ROWS], ly[GLU_ROWS];                                 \
+    const int lid = get_local_id(0);                                                        \
+    const int lane = lid % MV_LANES;                                                        \
+    const int warp = lid / MV_LANES;                                                        \
+    __local float *scratch = scratch_all + warp * MV_LANES;                                 \
+    const long rows = wg_ne.s1;                                                             \
+    const long base = get_group_id(0) * GLU_ROWS;                                           \
+    const long nblocks = wg_ne.s0 / QK;                                                     \
+    const __global char *arow = act + act_off;                                              \
+    for (int k = 0; k < MV_ROWS; ++k) {                                                     \
+        const int t = warp * MV_ROWS + k;                                                   \
+        const long r = min(base + t, rows - 1);                                             \
+        const float g = lane_sum(ROWDOT(wg + wg_off + r * wg_nb.s1, arow, nblocks, lane),   \
+                                 scratch);                                                  \
+        const float u = lane_sum(ROWDOT(wu + wu_off + r * wu_nb.s1, arow, nblocks, lane),   \
+                                 scratch);                                                  \
+        if (lane == 0) {                                                                    \
+            lg[t] = g;                                                                      \
+            lu[t] = u;                                                                      \
+        }                                                                                   \
+    }                                                                                       \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+    if (lid < GLU_ROWS) {                                                                   \
+        const long r = base + lid;                                                          \
+        const float g = lg[lid], u = lu[lid];                                               \
+        const float y = g / (1.0f + exp(-g)) * u;                                           \
+        ly[lid] = r < rows ? y : 0.0f;                                                      \
+        if (r < rows) {                                                                     \
+            store_f32(dgate + dgate_off + r * 4, g);                                        \
+            store_f32(dup + dup_off + r * 4, u);                                            \
+            store_f32(dglu + dglu_off + r * 4, y);                                          \
+        }                                                                                   \
+    }                                                                                       \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+    if (has_q8 && lid < GLU_ROWS / 32) {                                                    \
+        __local const float *yb = ly + lid * 32;                                            \
+        float amax = 0.0f;                                                                  \
+        for (int j = 0; j < 32; ++j) amax = fmax(amax, fabs(yb[j]));                        \
+        const float dd = amax / 127.0f;                                                     \
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;                                     \
+        __global char *blk = q8 + q8_off + (base / 32 + lid) * Q8_1_BLOCK;                   \
+        int qsum = 0;                                                                       \
+        for (int j = 0; j < 32; ++j) {                                                      \
+            const int q = (int)rint(yb[j] * id);                                            \
+            blk[4 + j] = (char)q;                                                           \
+            qsum += q;                                                                      \
+        }                                                                                   \
+        store_f16(blk, dd);                                                                 \
+        store_f16(blk + 2, dd * (float)qsum);                                               \
+    }                                                                                       \
+}
+
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row_q4_0)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row_q8_0)
 
 // F16 weights x F16 activations (converted rows), float accumulation.
 kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,

@@ -1,0 +1,109 @@
+//! graph_optimize: ggml calls it on each of polycl's graph splits before the
+//! compute memory is allocated, so nodes may be reordered here without
+//! breaking the allocator's placement (which follows the new order). polycl
+//! moves matmuls that read the same activation next to each other (llama
+//! emits Q, rope(Q), V, K, rope(K)), so the fusion passes find Q/K/V and
+//! then rope(Q), rope(K) and the cache writes as runs of adjacent nodes.
+
+use super::stream::ours;
+use crate::capi::boundary::guard;
+use crate::ggml::abi::*;
+use crate::ggml::ops::OP_MUL_MAT;
+
+/// How far ahead a sibling matmul is looked for.
+const WINDOW: usize = 24;
+
+/// The tensor whose memory `t` lives in.
+///
+/// # Safety
+/// `t` is a valid tensor whose view_src chain is valid.
+unsafe fn root(mut t: *const ggml_tensor) -> *const ggml_tensor {
+    // SAFETY: per the contract, every view_src link is a valid tensor.
+    while !unsafe { (*t).view_src }.is_null() {
+        t = unsafe { (*t).view_src };
+    }
+    t
+}
+
+/// Whether node `moved` may run before every node of `jumped`: it reads
+/// nothing they compute or write (through views), and writes only its own
+/// memory.
+///
+/// # Safety
+/// All pointers are valid tensors of one graph.
+unsafe fn may_precede(moved: *const ggml_tensor, jumped: &[*mut ggml_tensor]) -> bool {
+    // SAFETY: valid per the contract.
+    let m = unsafe { &*moved };
+    if !m.view_src.is_null() {
+        return false;
+    }
+    for &s in m.src.iter().filter(|s| !s.is_null()) {
+        // SAFETY: srcs of a valid tensor are valid.
+        let rs = unsafe { root(s) };
+        for &j in jumped {
+            // SAFETY: as above.
+            if std::ptr::eq(s, j) || std::ptr::eq(rs, unsafe { root(j) }) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Reorders `g`'s nodes: matmuls sharing their activation become adjacent.
+///
+/// # Safety
+/// `g` is a valid cgraph.
+unsafe fn group_sibling_matmuls(g: &mut ggml_cgraph) {
+    let n = g.n_nodes.max(0) as usize;
+    if g.nodes.is_null() || n == 0 {
+        return;
+    }
+    // SAFETY: nodes holds n_nodes entries.
+    let nodes = unsafe { std::slice::from_raw_parts_mut(g.nodes, n) };
+    if nodes.iter().any(|t| t.is_null()) {
+        return;
+    }
+    let mut i = 0;
+    while i < n {
+        // SAFETY: non-NULL node pointers of a valid graph.
+        let t = unsafe { &*nodes[i] };
+        if t.op != OP_MUL_MAT {
+            i += 1;
+            continue;
+        }
+        let x = t.src[1];
+        let mut at = i + 1;
+        for j in i + 1..n.min(i + 1 + WINDOW) {
+            // SAFETY: as above.
+            let c = unsafe { &*nodes[j] };
+            if c.op == OP_MUL_MAT
+                && std::ptr::eq(c.src[1], x)
+                && unsafe { may_precede(nodes[j], &nodes[at..j]) }
+            {
+                nodes[at..=j].rotate_right(1);
+                at += 1;
+            }
+        }
+        i = at;
+    }
+}
+
+/// # Safety
+/// ggml passes its backend and a split's graph.
+pub unsafe extern "C" fn graph_optimize(
+    b: ggml_backend_t,
+    g: *mut ggml_cgraph,
+    _params: *mut ggml_backend_graph_optimize_params,
+) {
+    guard("graph_optimize", (), || {
+        let Some(c) = ours(b) else {
+            return;
+        };
+        if g.is_null() || !crate::config::get().fuse || !crate::plan::mul_mv::wanted(&c.dev) {
+            return;
+        }
+        // SAFETY: non-NULL; ggml passes a valid graph it lets us reorder.
+        unsafe { group_sibling_matmuls(&mut *g) };
+    })
+}
