@@ -109,7 +109,7 @@ pub fn lower_glu(
     let dup = b.operand(Value::new(id, 2))?;
     let (act, act_off) = q8_activation(b, n, out)?;
     let rows = wg.ne[1] as usize;
-    let q8 = if rows % 32 == 0 {
+    let q8 = if rows.is_multiple_of(32) {
         b.q8_target(Value::new(id, 0))
     } else {
         None
