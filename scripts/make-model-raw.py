@@ -3,7 +3,7 @@
 (the GPU machine has no numpy). Weights are tiles of a pool of valid random
 blocks: fine for speed measurements, where only sizes and shapes matter.
 
-usage: make-model-raw.py OUT --preset 7b|1b --type q4_0|q8_0 [--seed N]
+usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0 [--seed N] [--layers N]
 """
 import argparse
 import os
@@ -13,6 +13,8 @@ import struct
 PRESETS = {
     "7b": dict(n_embd=4096, n_layer=32, n_head=32, n_head_kv=32, n_ff=11008, n_vocab=32000),
     "1b": dict(n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632, n_vocab=32000),
+    # The CI test models' shape, for launch counting (scripts/test-launches.sh).
+    "tiny": dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=768, n_vocab=512),
 }
 # ggml type id, block elements, block bytes, llama file type
 TYPES = {"q4_0": (2, 32, 18, 2), "q8_0": (8, 32, 34, 7)}
@@ -65,8 +67,11 @@ def main():
     ap.add_argument("--preset", default="7b", choices=PRESETS)
     ap.add_argument("--type", default="q4_0", choices=TYPES)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--layers", type=int, help="n_layer instead of the preset's")
     a = ap.parse_args()
-    p = PRESETS[a.preset]
+    p = dict(PRESETS[a.preset])
+    if a.layers:
+        p["n_layer"] = a.layers
     rng = random.Random(a.seed)
     tid, be, bb, ftype = TYPES[a.type]
     e, ff, v = p["n_embd"], p["n_ff"], p["n_vocab"]

@@ -55,6 +55,11 @@ POLYCL_LIB="$POLYCL_LIB" bash scripts/test-reliability.sh
 
 stage "9/10 greedy tokens: polycl vs CPU (scripts/test-greedy.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-greedy.sh
+# The plan a GPU gets (fast kernels, fusion passes), built on PoCL.
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 bash scripts/test-greedy.sh
+
+stage "9b/10 decode launch budget: fast kernels + fusions (scripts/test-launches.sh)"
+POLYCL_LIB="$POLYCL_LIB" bash scripts/test-launches.sh
 
 stage "10/10 several devices: split modes, Q8_1 cache, faults (scripts/test-multi.sh)"
 # Stage 6 ran the multi-device cargo tests already.

@@ -162,7 +162,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     let mut cache = c.plans.lock();
     // The per-token path: one lookup, then enqueues.
     if let Some(plan) = cache.get(key) {
-        return plan.run();
+        return run_counted(c, plan);
     }
     // SAFETY: as above.
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
@@ -192,7 +192,20 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
             .collect();
         log::debug(&format!("{}: launches: {}", c.dev.name, names.join(" ")));
     }
-    cache.insert(key, plan).run()
+    run_counted(c, cache.insert(key, plan))
+}
+
+/// Runs `plan`; with `POLYCL_LOG=1` logs how many kernels it launched
+/// (scripts/test-launches.sh reads these lines).
+fn run_counted(c: &BackendCtx, plan: &Plan) -> Result<()> {
+    if !config::get().verbose {
+        return plan.run();
+    }
+    let before = crate::runtime::executor::LAUNCHES.load(Ordering::Relaxed);
+    let r = plan.run();
+    let n = crate::runtime::executor::LAUNCHES.load(Ordering::Relaxed) - before;
+    log::debug(&format!("{}: graph compute: {n} launches", c.dev.name));
+    r
 }
 
 unsafe extern "C" fn graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> c_int {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Launch budget of a decode step (issue 5): with the fast kernels and fusions (the plan a GPU
+# gets; POLYCL_FAST_KERNELS=1 makes PoCL build it too), one generated token of a random llama
+# model must launch at most MAX_PER_LAYER kernels per transformer layer plus at most
+# MAX_CONSTANT for everything else. The per-layer figure is measured, not assumed: the same
+# model shape with 2 and 6 layers, (launches(6) - launches(2)) / 4.
+# Counts come from polycl's "graph compute: N launches" log lines (POLYCL_LOG=1), last decode
+# step. Flash attention on is asserted (llama's default picks it on polycl); off is reported.
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+MAX_PER_LAYER=${MAX_PER_LAYER:-8}
+MAX_CONSTANT=${MAX_CONSTANT:-8}
+
+require_plugin
+ensure_host
+GREEDY=$(build_greedy)
+key=$(sha256sum "$POLYCL_ROOT/scripts/make-model-raw.py" | cut -c1-12)
+MDIR="$POLYCL_CACHE/launch-models-$key"
+mkdir -p "$MDIR"
+for l in 2 6; do
+  m="$MDIR/tiny-q4_0-$l.gguf"
+  [[ -f "$m" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$m.tmp" --preset tiny --type q4_0 --layers "$l" >/dev/null
+  [[ -f "$m" ]] || mv -f "$m.tmp" "$m"
+done
+
+# Launches of the last graph compute of a short generation.
+launches() {
+  local out
+  out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+    -m "$MDIR/tiny-q4_0-$1.gguf" --fa "$2" --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) ||
+    { echo "$out" | tail -n 20 >&2; die "generation with $1 layers, fa $2 failed"; }
+  echo "$out" | sed -n 's/.*graph compute: \([0-9]*\) launches.*/\1/p' | tail -n 1
+}
+
+fail=0
+for fa in on off; do
+  n2=$(launches 2 "$fa")
+  n6=$(launches 6 "$fa")
+  [[ -n "$n2" && -n "$n6" ]] || die "no launch counts logged (fa $fa)"
+  per=$(( (n6 - n2) / 4 ))
+  const=$(( n2 - 2 * per ))
+  echo "fa $fa: decode step launches: 2 layers $n2, 6 layers $n6 -> $per per layer + $const"
+  if [[ $fa == on ]] && (( (n6 - n2) % 4 != 0 || per > MAX_PER_LAYER || const > MAX_CONSTANT )); then
+    echo "FAIL: more than $MAX_PER_LAYER launches per layer + $MAX_CONSTANT (fa $fa)"
+    fail=1
+  fi
+done
+(( fail == 0 )) && echo "launch budget: passed"
+exit "$fail"
