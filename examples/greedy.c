@@ -26,6 +26,7 @@
 //   margin: min <smallest top1-top2 logit gap> at step <i>, logit std <std of the first logits>
 //   margins: <top1-top2 gap of every step>      (only with --margins)
 //   speed: prompt X tok/s, decode Y tok/s
+//   ttft: model load X s, first token Y s after the load
 // Errors print a message to stderr and exit with status 1.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -126,6 +127,7 @@ static void load_cpu_backend_if_missing(void) {
 }
 
 int main(int argc, char ** argv) {
+    const double t_start = now_s();
     const char * model_path   = NULL;
     const char * dev_name     = "none";
     const char * split_mode   = NULL;
@@ -294,6 +296,7 @@ int main(int argc, char ** argv) {
     if (model == NULL) {
         die("cannot load model %s", model_path);
     }
+    const double t_loaded = now_s();
     const struct llama_vocab * vocab   = llama_model_get_vocab(model);
     const int                  n_vocab = llama_vocab_n_tokens(vocab);
 
@@ -394,10 +397,14 @@ int main(int argc, char ** argv) {
     double        min_margin = INFINITY;
     int           min_step   = -1;
     double        logit_std  = 0.0;
+    double        t_first    = 0.0;
     for (int s = 0; s < n_gen; s++) {
         const float * logits = llama_get_logits_ith(ctx, -1);
         if (logits == NULL) {
             die("%s", "no logits");
+        }
+        if (s == 0) {
+            t_first = now_s();
         }
         if (logits_file != NULL && fwrite(logits, sizeof(float), (size_t) n_vocab, logits_file) != (size_t) n_vocab) {
             die("cannot write %s", logits_path);
@@ -491,6 +498,12 @@ int main(int argc, char ** argv) {
     const double pp = (t1 - t0) > 0 ? n_prompt / (t1 - t0) : 0.0;
     const double tg = (n_gen > 1 && t2 - t1 > 0) ? (n_gen - 1) / (t2 - t1) : 0.0;
     printf("speed: prompt %.2f tok/s, decode %.2f tok/s\n", pp, tg);
+    if (n_gen > 0) {
+        // Time to first token beyond model load: context, graph reservation, kernel builds (or
+        // the program cache), the prompt; the warm-up, if asked for, is included.
+        printf("ttft: model load %.3f s, first token %.3f s after the load\n", t_loaded - t_start,
+               t_first - t_loaded);
+    }
     fflush(stdout);
 
     free(tensor_split);

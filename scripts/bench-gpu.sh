@@ -6,6 +6,8 @@
 # sdist's vendor/llama.cpp) and target/release/libggml-polycl.so.
 #   stage=build  bash scripts/bench-gpu.sh   # starts the CUDA build (background)
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
+#   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on, launches and host
+#                                            # enqueue time per token, time to first token
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-/tmp/polycl-gpu}
@@ -54,7 +56,8 @@ greedy_check() { # same greedy tokens from CUDA and polycl on the small test mod
   local src=$W/vendor/llama.cpp m fa a b
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$src/include" -I"$src/ggml/include" -L"$BIN" \
     -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN" || return
-  for m in target/gpu/models/*.gguf; do
+  for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
+    [[ -f $m ]] || continue
     for fa in on off; do
       # The CUDA backend is loaded as "the" GGML_BACKEND_PATH library for the reference.
       a=$(GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
@@ -63,6 +66,37 @@ greedy_check() { # same greedy tokens from CUDA and polycl on the small test mod
       else echo "greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  CUDA   $a"; echo "  polycl $b"; fi
     done
   done
+}
+
+models() {
+  [[ -f $W/m7-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0 &
+  [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0 &
+  [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0 &
+  wait
+}
+
+profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches and enqueue time
+  local m=$W/m7-q4_0.gguf f
+  for f in 0 1; do
+    echo "== POLYCL_FUSE=$f"
+    POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
+      -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
+  done
+  cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
+    -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
+  for fa in on off; do
+    POLYCL_LOG=1 GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
+      --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "graph compute: .* launches" | tail -n 3 |
+      sed "s/^/fa $fa: /"
+  done
+  # Time to first token: without the on-disk program cache (every kernel built), then with
+  # it warm (llama-bench above filled it).
+  POLYCL_PROGRAM_CACHE=0 GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 \
+    --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/polycl, no program cache: /"
+  GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 --prompt-tokens 8 \
+    2>/dev/null | grep ttft | sed "s/^/polycl, warm program cache: /"
+  GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa on -n 2 \
+    --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
 }
 
 case ${stage:-bench} in
@@ -74,10 +108,10 @@ case ${stage:-bench} in
     python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     greedy_check ;;
+  models) models ;;
+  profile) models; profile ;;
   bench)
-    [[ -f $W/m7-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0
-    [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0
-    [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0
+    models
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0

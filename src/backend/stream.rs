@@ -195,16 +195,22 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     run_counted(c, cache.insert(key, plan))
 }
 
-/// Runs `plan`; with `POLYCL_LOG=1` logs how many kernels it launched
+/// Runs `plan`; with `POLYCL_LOG=1` logs how many kernels it launched and
+/// the host time the enqueues took
 /// (scripts/test-launches.sh reads these lines).
 fn run_counted(c: &BackendCtx, plan: &Plan) -> Result<()> {
     if !config::get().verbose {
         return plan.run();
     }
     let before = crate::runtime::executor::LAUNCHES.load(Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
     let r = plan.run();
+    let us = t0.elapsed().as_micros();
     let n = crate::runtime::executor::LAUNCHES.load(Ordering::Relaxed) - before;
-    log::debug(&format!("{}: graph compute: {n} launches", c.dev.name));
+    log::debug(&format!(
+        "{}: graph compute: {n} launches, enqueued in {us} us",
+        c.dev.name
+    ));
     r
 }
 
