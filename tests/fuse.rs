@@ -1,0 +1,212 @@
+//! The fusion passes on hand-built IR: what each pattern fuses, what its
+//! preconditions refuse, and that uses and results follow the fused ports.
+
+use ggml_polycl::ggml::types::GgmlType::{self, F16, F32, Q4_0};
+use ggml_polycl::ir::{BinaryOp, GluKind, Graph, MemRef, Op, Output, Place, TensorType, Value};
+use ggml_polycl::passes::fuse;
+
+struct B {
+    g: Graph,
+    next: u64,
+}
+
+impl B {
+    fn new() -> B {
+        B {
+            g: Graph::default(),
+            next: 0,
+        }
+    }
+    fn node(&mut self, op: Op, inputs: Vec<Value>, ty: GgmlType, ne: [i64; 4]) -> Value {
+        self.next += 1;
+        let out = Output {
+            ty: TensorType::contiguous(ty, ne),
+            place: Place::Bound(MemRef {
+                buffer: 0x1000,
+                offset: self.next << 20,
+            }),
+        };
+        let id = self.g.add(op, inputs, vec![out], format!("n{}", self.next));
+        let v = Value::new(id, 0);
+        self.g.results.push(v);
+        v
+    }
+    fn param(&mut self, ty: GgmlType, ne: [i64; 4]) -> Value {
+        self.node(Op::Parameter, vec![], ty, ne)
+    }
+}
+
+const E: i64 = 256;
+
+fn norm_graph(with_add: bool, gap: bool) -> (Graph, Value) {
+    let mut b = B::new();
+    let a = b.param(F32, [E, 1, 1, 1]);
+    let c = b.param(F32, [E, 1, 1, 1]);
+    let x = if with_add {
+        b.node(Op::Binary(BinaryOp::Add), vec![a, c], F32, [E, 1, 1, 1])
+    } else {
+        a
+    };
+    if gap {
+        b.node(
+            Op::Scale {
+                scale: 2.0,
+                bias: 0.0,
+            },
+            vec![c],
+            F32,
+            [E, 1, 1, 1],
+        );
+    }
+    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![x], F32, [E, 1, 1, 1]);
+    let w = b.param(F32, [E, 1, 1, 1]);
+    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, w], F32, [E, 1, 1, 1]);
+    // A later user of the sum (the residual stream).
+    b.node(Op::Binary(BinaryOp::Add), vec![m, x], F32, [E, 1, 1, 1]);
+    (b.g, x)
+}
+
+#[test]
+fn residual_add_norm_and_weight_fuse_into_one_node_with_three_ports() {
+    let (mut g, _) = norm_graph(true, false);
+    let results = g.results.len();
+    assert_eq!(fuse::run(&mut g).rms_norm, 1);
+    assert_eq!(g.count("FusedAddRmsNorm"), 1);
+    assert_eq!(g.count("RmsNorm") + g.count("Mul") + g.count("Add"), 1);
+    let f = g
+        .nodes
+        .iter()
+        .position(|n| n.op.kind() == "FusedAddRmsNorm")
+        .unwrap();
+    assert_eq!(g.nodes[f].outputs.len(), 3);
+    // The later residual add reads the fused node's product (port 0) and sum (port 2).
+    let last = g.nodes.last().unwrap();
+    assert_eq!(last.inputs, vec![Value::new(f, 0), Value::new(f, 2)]);
+    // Every former node's output is still a result, now a port.
+    assert_eq!(g.results.len(), results);
+    assert!(g.results.contains(&Value::new(f, 1)));
+    ggml_polycl::ir::verify::verify(&g).unwrap();
+}
+
+#[test]
+fn a_computing_node_between_add_and_norm_keeps_the_add_apart() {
+    let (mut g, _) = norm_graph(true, true);
+    assert_eq!(fuse::run(&mut g).rms_norm, 1);
+    assert_eq!(g.count("FusedRmsNorm"), 1);
+    assert_eq!(g.count("FusedAddRmsNorm"), 0);
+    assert_eq!(g.count("Add"), 2);
+}
+
+#[test]
+fn norm_without_add_and_a_broadcast_weight_only() {
+    let (mut g, _) = norm_graph(false, false);
+    assert_eq!(fuse::run(&mut g).rms_norm, 1);
+    assert_eq!(g.count("FusedRmsNorm"), 1);
+    // A weight that is not one row does not fuse.
+    let mut b = B::new();
+    let x = b.param(F32, [E, 2, 1, 1]);
+    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![x], F32, [E, 2, 1, 1]);
+    let w = b.param(F32, [E, 2, 1, 1]);
+    b.node(Op::Binary(BinaryOp::Mul), vec![n, w], F32, [E, 2, 1, 1]);
+    assert_eq!(fuse::run(&mut b.g).rms_norm, 0);
+}
+
+fn matmuls(count: usize, wt: GgmlType, x_cols: i64) -> Graph {
+    let mut b = B::new();
+    let x = b.param(F32, [E, x_cols, 1, 1]);
+    for _ in 0..count {
+        let w = b.param(wt, [E, 128, 1, 1]);
+        let y = b.node(Op::MulMat, vec![w, x], F32, [128, x_cols, 1, 1]);
+        // The reshape llama puts after each projection.
+        b.node(Op::View, vec![y], F32, [64, 2, x_cols, 1]);
+    }
+    b.g
+}
+
+#[test]
+fn sibling_decode_matmuls_group_by_three() {
+    let mut g = matmuls(4, Q4_0, 1);
+    assert_eq!(fuse::run(&mut g).matmul_group, 1);
+    assert_eq!(g.count("MulMatGroup"), 1);
+    assert_eq!(g.count("MulMat"), 1);
+    let f = g
+        .nodes
+        .iter()
+        .position(|n| n.op == Op::MulMatGroup)
+        .unwrap();
+    assert_eq!(g.nodes[f].inputs.len(), 4);
+    assert_eq!(g.nodes[f].outputs.len(), 3);
+    // The views now read the group's ports.
+    let readers: Vec<Value> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op == Op::View)
+        .map(|n| n.inputs[0])
+        .filter(|v| v.node == f)
+        .collect();
+    assert_eq!(
+        readers,
+        vec![Value::new(f, 0), Value::new(f, 1), Value::new(f, 2)]
+    );
+    ggml_polycl::ir::verify::verify(&g).unwrap();
+}
+
+#[test]
+fn batches_and_unsupported_weight_types_do_not_group() {
+    assert_eq!(fuse::run(&mut matmuls(3, Q4_0, 4)).matmul_group, 0);
+    assert_eq!(fuse::run(&mut matmuls(3, F16, 1)).matmul_group, 0);
+}
+
+fn glu_graph(wt: GgmlType, swapped: bool) -> Graph {
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let wg = b.param(wt, [E, 512, 1, 1]);
+    let g = b.node(Op::MulMat, vec![wg, x], F32, [512, 1, 1, 1]);
+    let wu = b.param(wt, [E, 512, 1, 1]);
+    let u = b.node(Op::MulMat, vec![wu, x], F32, [512, 1, 1, 1]);
+    let op = Op::Glu {
+        kind: GluKind::Swiglu,
+        swapped,
+    };
+    b.node(op, vec![g, u], F32, [512, 1, 1, 1]);
+    b.g
+}
+
+#[test]
+fn gate_up_and_swiglu_fuse_unless_swapped_or_f16() {
+    let mut g = glu_graph(Q4_0, false);
+    let f = fuse::run(&mut g);
+    assert_eq!((f.matmul_glu, f.matmul_group), (1, 0));
+    assert_eq!(g.count("MulMatGlu"), 1);
+    assert_eq!(g.count("MulMat") + g.count("Swiglu"), 0);
+    assert_eq!(fuse::run(&mut glu_graph(Q4_0, true)).matmul_glu, 0);
+    assert_eq!(fuse::run(&mut glu_graph(F16, false)).matmul_glu, 0);
+}
+
+#[test]
+fn fusing_members_joined_through_another_node_is_refused() {
+    // y = norm(x); z = scale(y); w = mul(y, z): fusing norm and mul would
+    // make scale both read and feed the fused node (and scale computes
+    // between the members).
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let y = b.node(Op::RmsNorm { eps: 1e-5 }, vec![x], F32, [E, 1, 1, 1]);
+    let z = b.node(
+        Op::Scale {
+            scale: 1.0,
+            bias: 0.0,
+        },
+        vec![y],
+        F32,
+        [E, 1, 1, 1],
+    );
+    b.node(Op::Binary(BinaryOp::Mul), vec![y, z], F32, [E, 1, 1, 1]);
+    let before = b.g.clone();
+    let members = [y.node, y.node + 2];
+    let op = Op::FusedRmsNorm {
+        eps: 1e-5,
+        has_add: false,
+    };
+    assert!(b.g.fuse(&members, op, vec![x, z], "f".into()).is_none());
+    assert_eq!(b.g, before);
+}
