@@ -3,12 +3,13 @@
 //! breaking the allocator's placement (which follows the new order). polycl
 //! moves matmuls that read the same activation next to each other (llama
 //! emits Q, rope(Q), V, K, rope(K)), so the fusion passes find Q/K/V and
-//! then rope(Q), rope(K) and the cache writes as runs of adjacent nodes.
+//! then rope(Q), rope(K) and the cache writes as runs of adjacent nodes, and
+//! asks the allocator to keep Q alive until K's rope (`keep_rope_inputs`).
 
 use super::stream::ours;
 use crate::capi::boundary::guard;
 use crate::ggml::abi::*;
-use crate::ggml::ops::OP_MUL_MAT;
+use crate::ggml::ops::{OP_MUL_MAT, OP_ROPE};
 
 /// How far ahead a sibling matmul is looked for.
 const WINDOW: usize = 24;
@@ -89,12 +90,50 @@ unsafe fn group_sibling_matmuls(g: &mut ggml_cgraph) {
     }
 }
 
+/// Keeps each rope's input allocated until the next rope of the same
+/// positions (llama's Q and K ropes) has run: the fused rope + cache-write
+/// kernel runs both at once, so K's rope output must not take the memory of
+/// Q, which the allocator would otherwise reuse once Q's rope has read it.
+///
+/// # Safety
+/// `g` is a valid cgraph; `params` is NULL or ggml's parameters.
+unsafe fn keep_rope_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_optimize_params) {
+    if params.is_null() || g.nodes.is_null() {
+        return;
+    }
+    // SAFETY: non-NULL; ggml's parameters for this call.
+    let p = unsafe { &*params };
+    let Some(add) = p.add_alloc_dep else {
+        return;
+    };
+    let n = g.n_nodes.max(0) as usize;
+    // SAFETY: nodes holds n_nodes non-NULL entries (checked by the caller).
+    let nodes = unsafe { std::slice::from_raw_parts(g.nodes, n) };
+    for i in 0..n {
+        // SAFETY: valid nodes.
+        let r = unsafe { &*nodes[i] };
+        if r.op != OP_ROPE || r.src[0].is_null() {
+            continue;
+        }
+        let next = (i + 1..n.min(i + 1 + WINDOW)).find(|&j| {
+            // SAFETY: as above.
+            let t = unsafe { &*nodes[j] };
+            t.op == OP_ROPE && std::ptr::eq(t.src[1], r.src[1])
+        });
+        if let Some(j) = next {
+            // SAFETY: ggml's callback with its user data; both tensors belong
+            // to the graph (`until` is one of its nodes).
+            unsafe { add(p.user_data, root(r.src[0]) as *mut ggml_tensor, nodes[j]) };
+        }
+    }
+}
+
 /// # Safety
 /// ggml passes its backend and a split's graph.
 pub unsafe extern "C" fn graph_optimize(
     b: ggml_backend_t,
     g: *mut ggml_cgraph,
-    _params: *mut ggml_backend_graph_optimize_params,
+    params: *mut ggml_backend_graph_optimize_params,
 ) {
     guard("graph_optimize", (), || {
         let Some(c) = ours(b) else {
@@ -104,6 +143,16 @@ pub unsafe extern "C" fn graph_optimize(
             return;
         }
         // SAFETY: non-NULL; ggml passes a valid graph it lets us reorder.
-        unsafe { group_sibling_matmuls(&mut *g) };
+        let g = unsafe { &mut *g };
+        // SAFETY: as above; group_sibling_matmuls returns early unless every
+        // node pointer is non-NULL, and keep_rope_inputs checks the same.
+        unsafe {
+            group_sibling_matmuls(g);
+            if !g.nodes.is_null()
+                && (0..g.n_nodes.max(0) as usize).all(|i| !(*g.nodes.add(i)).is_null())
+            {
+                keep_rope_inputs(g, params);
+            }
+        }
     })
 }

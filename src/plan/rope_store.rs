@@ -1,16 +1,116 @@
-//! RopeStore lowering.
+//! RopeStore lowering: one launch of kernel_rope_store_f32 (rope_store.cl).
 
+use super::lower::{flat, rope_yarn_corr_dims};
 use super::Binder;
 use crate::error::{Error, Result};
-use crate::ir::{Node, RopeParams};
+use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
+use crate::ir::{Node, RopeMode, RopeParams, Value};
 use crate::runtime::executor::Launch;
 
+// Flag bits of rope_store.cl.
+const KC_F16: i32 = 1;
+const VC_F16: i32 = 2;
+const KR_I64: i32 = 4;
+const VR_I64: i32 = 8;
+const NEOX: i32 = 16;
+
+fn bad(n: &Node, why: &str) -> Error {
+    Error::InvalidGraph(format!("RopeStore '{}': {why}", n.name))
+}
+
 pub fn lower(
-    _b: &mut Binder,
-    _id: usize,
+    b: &mut Binder,
+    id: usize,
     n: &Node,
-    _p: &RopeParams,
-    _out: &mut Vec<Launch>,
+    p: &RopeParams,
+    out: &mut Vec<Launch>,
 ) -> Result<()> {
-    Err(Error::Unsupported(format!("RopeStore '{}'", n.name)))
+    let g = b.graph;
+    if n.inputs.len() != 8 + p.has_freq_factors as usize || n.outputs.len() != 4 {
+        return Err(bad(n, "wrong operand count"));
+    }
+    let ty = |i: usize| g.ty(n.inputs[i]);
+    let cache_flag = |t, f16| match t {
+        F16 => Ok(f16),
+        F32 => Ok(0),
+        _ => Err(bad(n, "cache type is neither F16 nor F32")),
+    };
+    let rows_flag = |t, i64| match t {
+        I64 => Ok(i64),
+        I32 => Ok(0),
+        _ => Err(bad(n, "row indices are neither I64 nor I32")),
+    };
+    let mut flags = cache_flag(ty(3).dtype, KC_F16)?
+        | cache_flag(ty(6).dtype, VC_F16)?
+        | rows_flag(ty(4).dtype, KR_I64)?
+        | rows_flag(ty(7).dtype, VR_I64)?;
+    if p.mode == RopeMode::Neox {
+        flags |= NEOX;
+    }
+
+    let q = b.operand(n.inputs[0])?;
+    let k = b.operand(n.inputs[1])?;
+    let pos = b.operand(n.inputs[2])?;
+    let kr = b.operand(n.inputs[4])?;
+    let v = b.operand(n.inputs[5])?;
+    let vr = b.operand(n.inputs[7])?;
+    let ff = if p.has_freq_factors {
+        b.operand(n.inputs[8])?
+    } else {
+        pos
+    };
+    let qo = b.operand(Value::new(id, 0))?;
+    let ko = b.operand(Value::new(id, 1))?;
+    let kc = b.operand(Value::new(id, 2))?;
+    let vc = b.operand(Value::new(id, 3))?;
+    // The K cache source is rope(k) reshaped: the K vals node is gone after
+    // fusion, so its shape is recovered from the cache write: rows of the
+    // cache's width, as many as rope(k) holds.
+    let kv_ne = k_vals_shape(n, &k.ne, &kc.ne)?;
+
+    let pairs = |ne: &[i64; 4]| (ne[0] / 2) * ne[1] * ne[2] * ne[3];
+    let total = pairs(&q.ne) + pairs(&k.ne) + v.ne.iter().product::<i64>();
+    let total = usize::try_from(total).map_err(|_| bad(n, "negative size"))?;
+    let corr = rope_yarn_corr_dims(
+        p.n_dims,
+        p.n_ctx_orig,
+        p.freq_base,
+        p.beta_fast,
+        p.beta_slow,
+    );
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
+    out.push(flat(
+        b,
+        "rope_store",
+        "kernel_rope_store_f32",
+        total,
+        "rope",
+        |a| {
+            a.tensor(&q)?.tensor(&qo)?.tensor(&k)?.tensor(&ko)?;
+            a.ptr(pos.mem, pos.offset)?
+                .ptr(ff.mem, ff.offset)?
+                .i32(p.has_freq_factors as i32)?;
+            a.tensor(&kc)?.tensor(&kr)?.i64x4(kv_ne)?;
+            a.tensor(&v)?.tensor(&vc)?.tensor(&vr)?;
+            a.i32(flags)?
+                .i32(p.n_dims)?
+                .f32(theta_scale)?
+                .f32(p.freq_scale)?
+                .f32(p.ext_factor)?;
+            a.f32(p.attn_factor)?.f32(corr[0])?.f32(corr[1])?;
+            Ok(())
+        },
+    )?);
+    Ok(())
+}
+
+/// The shape of the K rows written to the cache, [cache width, rows, 1, 1]:
+/// the only K source shape the pass fuses (llama's reshape_2d of rope(k)).
+fn k_vals_shape(n: &Node, k_ne: &[i64; 4], kc_ne: &[i64; 4]) -> Result<[i64; 4]> {
+    let elems: i64 = k_ne.iter().product();
+    let width = kc_ne[0];
+    if width <= 0 || elems % width != 0 {
+        return Err(bad(n, "rope(k) does not split into cache rows"));
+    }
+    Ok([width, elems / width, 1, 1])
 }

@@ -1,8 +1,339 @@
 //! Rope of Q and K plus the K/V cache writes of one attention layer -> RopeStore.
+//!
+//! Pattern (llama's attention input, stateless cache form):
+//!   rope_q  = Rope(p)(q, pos [, ff])
+//!   rope_k  = Rope(p)(k, pos [, ff])             same params, positions, factors
+//!   write_k = ScatterRows(k_cache, reshape(rope_k) as [width, rows], k_rows)
+//!   write_v = ScatterRows(v_cache, v, v_rows)    any V layout (also llama's
+//!                                                transposed V: one element a row)
+//! The four run as one kernel, so no member may write memory another member
+//! reads or writes (the host's allocator reuses memory of dead tensors: in
+//! llama's own order it puts V over Q once rope Q has read Q, and without
+//! help it puts rope K's output over Q). polycl's graph_optimize
+//! (backend/optimize.rs) moves the V and K matmuls up to Q's and keeps Q
+//! allocated until rope K, which makes the layers fusable; `memory_safe`
+//! still checks every match. Graph::fuse only fuses runs of members with
+//! views between them, and `memory_safe` also checks any node that would
+//! change sides.
 
-use crate::ir::Graph;
+use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
+use crate::ir::{Graph, NodeId, Op, Place, RopeParams, Value};
 
 /// Fuses every match; returns how many.
-pub fn run(_g: &mut Graph) -> usize {
-    0
+pub fn run(g: &mut Graph) -> usize {
+    let mut fused = 0;
+    let mut refused: Vec<NodeId> = Vec::new();
+    // Ids change with each fusion, so the search starts over after one; a
+    // refused K write is remembered by its node, whose id only shifts when a
+    // fusion happens, so the list is cleared then.
+    while let Some(m) = find(g, &refused) {
+        let name = g.nodes[m.members[1]].name.clone();
+        let (members, op, inputs) = (m.members, m.op, m.inputs);
+        // The K write reads rope(k) through a RESHAPE view, which Graph::fuse
+        // would see as a path leaving the members and coming back (a cycle);
+        // the fused kernel takes those rows from registers, so the write is
+        // pointed at rope(k) itself while fusing.
+        let wk = members[2];
+        let k_vals = g.nodes[wk].inputs[1];
+        g.nodes[wk].inputs[1] = Value::new(members[1], 0);
+        if g.fuse(&members, op, inputs, format!("{name} (rope+store)"))
+            .is_some()
+        {
+            fused += 1;
+            refused.clear();
+        } else {
+            g.nodes[wk].inputs[1] = k_vals;
+            refused.push(wk);
+        }
+    }
+    fused
+}
+
+struct Match {
+    /// [rope_q, rope_k, write_k, write_v]
+    members: [NodeId; 4],
+    op: Op,
+    inputs: Vec<Value>,
+}
+
+fn find(g: &Graph, refused: &[NodeId]) -> Option<Match> {
+    let users = super::users(g);
+    (0..g.nodes.len())
+        .filter(|w| !refused.contains(w))
+        .find_map(|w| try_match(g, &users, w))
+}
+
+fn bound(g: &Graph, v: Value) -> bool {
+    matches!(g.output(v).place, Place::Bound(_))
+}
+
+/// Rope params and inputs the kernel handles: F32 in and out, I32 positions,
+/// F32 factors, an even rotated width within an even row.
+fn rope_ok(g: &Graph, r: NodeId) -> Option<RopeParams> {
+    let n = &g.nodes[r];
+    let Op::Rope(p) = n.op else { return None };
+    let x = g.ty(n.inputs[0]);
+    let out = &n.outputs[0].ty;
+    let ok = n.outputs.len() == 1
+        && x.dtype == F32
+        && out.dtype == F32
+        && x.ne == out.ne
+        && !x.is_dynamic()
+        && x.ne[0] % 2 == 0
+        && p.n_dims > 0
+        && p.n_dims % 2 == 0
+        && i64::from(p.n_dims) <= x.ne[0]
+        && g.ty(n.inputs[1]).dtype == I32
+        && g.ty(n.inputs[1]).ne[0] >= x.ne[2]
+        && (!p.has_freq_factors || g.ty(n.inputs[2]).dtype == F32)
+        && n.inputs.iter().all(|&v| bound(g, v))
+        && bound(g, Value::new(r, 0));
+    ok.then_some(p)
+}
+
+/// A ScatterRows the kernel handles: F32 rows into an F16/F32 destination of
+/// the same width, I64/I32 indices, static shapes, ggml's broadcast rule.
+fn scatter_ok(g: &Graph, s: NodeId) -> bool {
+    let n = &g.nodes[s];
+    if n.op != Op::ScatterRows || n.outputs.len() != 1 {
+        return false;
+    }
+    let (dst, vals, idx) = (g.ty(n.inputs[0]), g.ty(n.inputs[1]), g.ty(n.inputs[2]));
+    let out = &n.outputs[0].ty;
+    matches!(dst.dtype, F16 | F32)
+        && out == dst
+        && vals.dtype == F32
+        && matches!(idx.dtype, I64 | I32)
+        && ![dst, vals, idx].iter().any(|t| t.is_dynamic())
+        && vals.ne[0] == dst.ne[0]
+        && vals.ne[2] == dst.ne[2]
+        && vals.ne[3] == dst.ne[3]
+        && idx.ne[0] == vals.ne[1]
+        && idx.ne[1] > 0
+        && idx.ne[2] > 0
+        && vals.ne[2] % idx.ne[1] == 0
+        && vals.ne[3] % idx.ne[2] == 0
+        && n.inputs.iter().all(|&v| bound(g, v))
+        && bound(g, Value::new(s, 0))
+        && g.output(Value::new(s, 0)).place == g.output(n.inputs[0]).place
+}
+
+/// The Rope node whose output `v` is, through RESHAPE views.
+fn rope_source(g: &Graph, v: Value) -> Option<NodeId> {
+    let s = g.reshaped_source(v);
+    (s.port == 0 && matches!(g.nodes[s.node].op, Op::Rope(_))).then_some(s.node)
+}
+
+fn try_match(g: &Graph, users: &[Vec<Vec<usize>>], wk: NodeId) -> Option<Match> {
+    if !scatter_ok(g, wk) {
+        return None;
+    }
+    let nk = &g.nodes[wk];
+    let rk = rope_source(g, nk.inputs[1])?;
+    let p = rope_ok(g, rk)?;
+    let rope_k = &g.nodes[rk];
+    let k_vals = g.ty(nk.inputs[1]);
+    let k_cache = g.ty(nk.inputs[0]);
+    let k_out = &rope_k.outputs[0].ty;
+    // The kernel writes the cache from rope(k)'s flat element order, seen as
+    // rows of the cache's width (llama's reshape_2d).
+    if !k_out.is_contiguous()
+        || k_vals.ne != [k_cache.ne[0], k_out.nelements() / k_cache.ne[0], 1, 1]
+        || k_vals.nelements() != k_out.nelements()
+    {
+        return None;
+    }
+    let same_rope = |r: NodeId| {
+        r != rk
+            && rope_ok(g, r) == Some(p)
+            && g.nodes[r].inputs[1..] == rope_k.inputs[1..]
+            // a rope that feeds a cache write is some layer's K
+            && !users[r][0].iter().any(|&u| is_k_write(g, u, r))
+    };
+    let rq = nearest(g.nodes.len(), rk, same_rope)?;
+    let k_dst = g.output(nk.inputs[0]).place;
+    let wv = nearest(g.nodes.len(), wk, |s| {
+        s != wk
+            && scatter_ok(g, s)
+            && rope_source(g, g.nodes[s].inputs[1]).is_none()
+            && g.output(g.nodes[s].inputs[0]).place != k_dst
+    })?;
+    let nv = &g.nodes[wv];
+    let mut inputs = vec![
+        g.nodes[rq].inputs[0],
+        rope_k.inputs[0],
+        rope_k.inputs[1],
+        nk.inputs[0],
+        nk.inputs[2],
+        nv.inputs[1],
+        nv.inputs[0],
+        nv.inputs[2],
+    ];
+    if p.has_freq_factors {
+        inputs.push(rope_k.inputs[2]);
+    }
+    let members = [rq, rk, wk, wv];
+    if !memory_safe(g, users, &members) {
+        return None;
+    }
+    Some(Match {
+        members,
+        op: Op::RopeStore(p),
+        inputs,
+    })
+}
+
+fn is_k_write(g: &Graph, u: NodeId, rope: NodeId) -> bool {
+    match g.nodes[u].op {
+        Op::ScatterRows => rope_source(g, g.nodes[u].inputs[1]) == Some(rope),
+        Op::View => users_of_view(g, u).any(|w| is_k_write(g, w, rope)),
+        _ => false,
+    }
+}
+
+fn users_of_view(g: &Graph, v: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+    g.users(Value::new(v, 0)).into_iter()
+}
+
+/// The node satisfying `ok` closest to `at` (earlier one on a tie).
+fn nearest(n: usize, at: NodeId, ok: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+    (1..n).find_map(|d| {
+        let before = at.checked_sub(d).filter(|&i| ok(i));
+        before.or_else(|| Some(at + d).filter(|&i| i < n && ok(i)))
+    })
+}
+
+/// Bytes a value covers: (buffer, start, end).
+type Span = (u64, u64, u64);
+
+fn span(g: &Graph, v: Value) -> Option<Span> {
+    let o = g.output(v);
+    match o.place {
+        Place::Bound(m) => {
+            let start = m.offset;
+            Some((m.buffer, start, start + o.ty.span_bytes()))
+        }
+        Place::Internal => None,
+    }
+}
+
+fn overlap(a: &[Span], b: &[Span]) -> bool {
+    a.iter()
+        .any(|x| b.iter().any(|y| x.0 == y.0 && x.1 < y.2 && y.1 < x.2))
+}
+
+/// Memory a node reads and writes when it runs; views run nothing.
+fn effects(g: &Graph, i: NodeId) -> (Vec<Span>, Vec<Span>) {
+    let n = &g.nodes[i];
+    if n.op.is_view() {
+        return (Vec::new(), Vec::new());
+    }
+    let reads = n.inputs.iter().filter_map(|&v| span(g, v)).collect();
+    let writes = (0..n.outputs.len() as u32)
+        .filter_map(|p| span(g, Value::new(i, p)))
+        .collect();
+    (reads, writes)
+}
+
+/// Whether running the members as one kernel at the fused node's place reads
+/// and writes what the original order did (see the module comment).
+fn memory_safe(g: &Graph, users: &[Vec<Vec<usize>>], members: &[NodeId; 4]) -> bool {
+    let [rq, rk, wk, wv] = *members;
+    // Inside the kernel every member runs at once: no member may write what
+    // another reads (rope(k) reaches the K write in registers) or writes, and
+    // a rope in place must read and write the very same elements.
+    let reads = |m: NodeId| -> Vec<Span> {
+        let n = &g.nodes[m];
+        let mut r: Vec<Span> = Vec::new();
+        for (i, &v) in n.inputs.iter().enumerate() {
+            // the destination is written, not read; the K rows come in registers
+            let skip = (n.op == Op::ScatterRows && i == 0) || (m == wk && i == 1);
+            if !skip {
+                r.extend(span(g, v));
+            }
+        }
+        r
+    };
+    let writes = |m: NodeId| -> Vec<Span> { span(g, Value::new(m, 0)).into_iter().collect() };
+    for &a in members {
+        for &b in members {
+            if a == b {
+                continue;
+            }
+            if overlap(&writes(a), &reads(b)) || overlap(&writes(a), &writes(b)) {
+                return false;
+            }
+        }
+    }
+    for r in [rq, rk] {
+        let (x, out) = (g.nodes[r].inputs[0], Value::new(r, 0));
+        let same = g.output(x) == g.output(out);
+        if !same && overlap(&writes(r), &span(g, x).into_iter().collect::<Vec<_>>()) {
+            return false;
+        }
+    }
+    for &s in &[wk, wv] {
+        let n = &g.nodes[s];
+        let vals: Vec<Span> = span(g, n.inputs[1]).into_iter().collect();
+        if s == wv && overlap(&writes(s), &vals) {
+            return false;
+        }
+    }
+
+    // Nodes between the first and last member change sides: the fused node
+    // runs right after its last input (Graph::fuse's stable order), so a node
+    // runs after it iff it depends on a member or comes after that input.
+    let (lo, hi) = (
+        *members.iter().min().expect("four members"),
+        *members.iter().max().expect("four members"),
+    );
+    let last_input = members
+        .iter()
+        .flat_map(|&m| g.nodes[m].inputs.iter().map(|v| v.node))
+        .filter(|n| !members.contains(n) && !depends_on(g, users, *n, members))
+        .max()
+        .unwrap_or(lo);
+    for x in (lo + 1)..hi {
+        if members.contains(&x) || g.nodes[x].op.is_view() {
+            continue;
+        }
+        let after = x > last_input || depends_on(g, users, x, members);
+        let (xr, xw) = effects(g, x);
+        for &m in members {
+            if (x < m) != after {
+                continue; // same side as before
+            }
+            let (mr, mw) = (reads(m), writes(m));
+            if overlap(&xw, &mr) || overlap(&xw, &mw) || overlap(&xr, &mw) {
+                return false;
+            }
+            // a member's destination input is part of what it writes
+            if g.nodes[m].op == Op::ScatterRows {
+                let d: Vec<Span> = span(g, g.nodes[m].inputs[0]).into_iter().collect();
+                if overlap(&xw, &d) || overlap(&xr, &d) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Whether node `x` is reachable from a member.
+fn depends_on(g: &Graph, users: &[Vec<Vec<usize>>], x: NodeId, members: &[NodeId; 4]) -> bool {
+    let mut seen = vec![false; g.nodes.len()];
+    let mut stack: Vec<NodeId> = members.to_vec();
+    while let Some(i) = stack.pop() {
+        if i == x && !members.contains(&x) {
+            return true;
+        }
+        for port in &users[i] {
+            for &u in port {
+                if !std::mem::replace(&mut seen[u], true) {
+                    stack.push(u);
+                }
+            }
+        }
+    }
+    false
 }
