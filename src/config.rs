@@ -9,6 +9,7 @@
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
+//! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
 
@@ -26,6 +27,8 @@ pub struct Config {
     pub fast_kernels: Option<bool>,
     /// Fusion passes on fast-kernel devices (`POLYCL_FUSE`, default on).
     pub fuse: bool,
+    /// Tensor-core prompt matmuls (`POLYCL_MMA`); None: on NVIDIA only.
+    pub mma: Option<bool>,
     pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
@@ -96,6 +99,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             _ => c
                 .problems
                 .push(format!("POLYCL_FUSE={v:?}: expected 0 or 1; fusing")),
+        }
+    }
+    if let Some(v) = get("POLYCL_MMA") {
+        match v.trim() {
+            "0" => c.mma = Some(false),
+            "1" => c.mma = Some(true),
+            _ => c.problems.push(format!(
+                "POLYCL_MMA={v:?}: expected 0 or 1; using the default"
+            )),
         }
     }
     if let Some(v) = get("POLYCL_Q8_CACHE") {
