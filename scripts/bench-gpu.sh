@@ -6,6 +6,7 @@
 # sdist's vendor/llama.cpp) and target/release/libggml-polycl.so.
 #   stage=build  bash scripts/bench-gpu.sh   # starts the CUDA build (background)
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
+#   stage=all    bash scripts/bench-gpu.sh   # build, models, profile, bench, greedy, backend ops
 #   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on, launches and host
 #                                            # enqueue time per token, time to first token
 set -uo pipefail
@@ -24,7 +25,8 @@ build() {
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
     -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_SERVER=OFF > "$W/cmake.log" 2>&1
-  cmake --build "$W/build" -j "$(nproc)" --target llama-bench ggml-cuda ggml-cpu > "$W/build.log" 2>&1
+  cmake --build "$W/build" -j "$(nproc)" --target llama-bench ggml-cuda ggml-cpu test-backend-ops \
+    > "$W/build.log" 2>&1
   echo "build rc=$?" >> "$W/build.log"
 }
 
@@ -99,6 +101,14 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
     --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
 }
 
+backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
+  local op
+  for op in MUL_MAT FLASH_ATTN_EXT ROPE SET_ROWS RMS_NORM; do
+    GGML_BACKEND_PATH=$LIB "$BIN/test-backend-ops" -b POLYCL0 -o $op 2>&1 | grep -E "tests passed|FAIL" |
+      head -n 5 | sed "s/^/$op: /"
+  done
+}
+
 case ${stage:-bench} in
   build) time build; tail -3 "$W/build.log" ;;
   status) tail -3 "$W/build.log" 2>/dev/null ;;
@@ -109,6 +119,10 @@ case ${stage:-bench} in
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     greedy_check ;;
   models) models ;;
+  all) # everything, for one long session: build and models side by side, then measure
+    build & models; wait; tail -1 "$W/build.log"
+    profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
+    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; greedy_check; backend_ops ;;
   profile) models; profile ;;
   bench)
     models
