@@ -27,15 +27,18 @@ for op in $OPS; do
   rm -f "$log"
 done
 # The GPU-only fast kernels (matmul, split-KV flash attention), forced onto
-# this device so CI checks them too.
+# this device so CI checks them too; "mma": the tensor-core prompt matmuls,
+# through their portable emulation of mma.sync.
 if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
-  for op in MUL_MAT FLASH_ATTN_EXT; do
+  for run in MUL_MAT:fast FLASH_ATTN_EXT:fast MUL_MAT:mma; do
+    op=${run%%:*} kind=${run#*:}
     log=$(mktemp); rc=0
-    POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" >"$log" 2>&1 || rc=$?
+    POLYCL_FAST_KERNELS=1 POLYCL_MMA=$([[ $kind == mma ]] && echo 1 || echo 0) \
+      GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
-    printf '%-16s %s\n' "$op (fast)" "${line:-no tests run}"
+    printf '%-16s %s\n' "$op ($kind)" "${line:-no tests run}"
     if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
-      failed_ops+=("$op(fast)"); total_fail=$((total_fail+1))
+      failed_ops+=("$op($kind)"); total_fail=$((total_fail+1))
       grep -E 'FAIL' "$log" | head -20 || true
     else
       total_pass=$((total_pass+1))

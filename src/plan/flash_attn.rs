@@ -1,14 +1,20 @@
 //! FLASH_ATTN_EXT lowering choices. GPUs, for the decode shape, get the
-//! split-KV kernels of `fa_split.cl` (one work-group per query, KV chunk and
-//! head, then a merge), so a single token fills the device; everything else
-//! uses the portable, CPU-exact kernel.
+//! split-KV kernel of `fa_split.cl` (one work-group per query, KV chunk and
+//! head; the last group of a query and head merges the chunks, so it is one
+//! launch), so a single token fills the device; everything else uses the
+//! portable, CPU-exact kernel.
 
 use super::lower::grid;
 use super::Binder;
 use crate::config;
 use crate::error::Result;
-use crate::ir::{Graph, Node, Op};
+use crate::ggml::types::GgmlType;
+use crate::ir::{Graph, Node, Op, TensorType, Value};
+use crate::runtime::buffer::finish_event;
 use crate::runtime::executor::{Launch, Operand};
+use opencl3::command_queue as cq;
+use opencl3::types::cl_mem;
+use std::ffi::c_void;
 
 /// KV positions per chunk of the split kernel.
 const CHUNK: i64 = 256;
@@ -32,26 +38,45 @@ fn fast(b_device_is_gpu: bool) -> bool {
     config::get().fast_kernels.unwrap_or(b_device_is_gpu)
 }
 
-/// Bytes of partial softmax state the split kernel needs for node `n`.
-pub fn scratch_bytes(g: &Graph, device_is_gpu: bool) -> usize {
+fn counter_bytes(q: &TensorType) -> u64 {
+    (q.ne[1] * q.ne[2] * q.ne[3] * 4) as u64
+}
+
+fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType) -> u64 {
+    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(k.ne[1]) * (v.ne[0] + 2) * 4) as u64
+}
+
+fn align(n: u64) -> u64 {
+    n.div_ceil(128) * 128
+}
+
+/// The split kernels' scratch, after the matmuls': one arrival counter per
+/// (query, head), then the partial softmax states. Every split node of a
+/// plan shares both (the in-order queue runs them one after the other, and
+/// each launch leaves its counters at 0), so the sizes are maxima.
+fn layout(g: &Graph, device_is_gpu: bool) -> (u64, u64) {
     g.nodes
         .iter()
         .filter(|n| applies(g, n, fast(device_is_gpu)))
         .map(|n| {
-            let q = g.ty(n.inputs[0]);
-            let k = g.ty(n.inputs[1]);
-            let v = g.ty(n.inputs[2]);
-            (q.ne[1] * q.ne[2] * q.ne[3] * chunks(k.ne[1]) * (v.ne[0] + 2) * 4) as usize
+            let [q, k, v] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+            (align(counter_bytes(q)), partial_bytes(q, k, v))
         })
-        .max()
-        .unwrap_or(0)
+        .fold((0, 0), |(c, p), (nc, np)| (c.max(nc), p.max(np)))
 }
 
-/// Pushes the split launches if they apply; false leaves the node to the
-/// portable kernel.
+/// Bytes of scratch the split kernel needs in a plan of `g`.
+pub fn scratch_bytes(g: &Graph, device_is_gpu: bool) -> usize {
+    let (counters, partials) = layout(g, device_is_gpu);
+    (counters + partials) as usize
+}
+
+/// Pushes the split launch if it applies; false leaves the node to the
+/// portable kernel. `id` is the node's index in the graph.
 #[allow(clippy::too_many_arguments)]
 pub fn lower_split(
     b: &mut Binder,
+    id: usize,
     n: &Node,
     ops: [Operand; 5],
     has_mask: bool,
@@ -59,7 +84,8 @@ pub fn lower_split(
     n_head_log2: u32,
     out: &mut Vec<Launch>,
 ) -> Result<bool> {
-    if !applies(b.graph, n, fast(b.device.is_gpu)) {
+    let g = b.graph;
+    if !applies(g, n, fast(b.device.is_gpu)) {
         return Ok(false);
     }
     let Some((scratch, size)) = b.scratch else {
@@ -68,17 +94,31 @@ pub fn lower_split(
     let [q, k, v, mask, dst] = ops;
     let [scale, max_bias, m0, m1, softcap, _] = params;
     let n_chunks = chunks(k.ne[1]);
-    let part_off = b.mm.scratch_bytes() as u64;
-    let need = (q.ne[1] * q.ne[2] * q.ne[3] * n_chunks * (v.ne[0] + 2) * 4) as u64;
-    if part_off + need > size as u64 {
+    let (counters, _) = layout(g, b.device.is_gpu);
+    // The matmul scratch ends 128-aligned; aligning again only guards the
+    // counters' atomics should that change (the size check then fails safe).
+    let cnt_off = align(b.mm.scratch_bytes() as u64);
+    let part_off = cnt_off + counters;
+    let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+    if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
         return Ok(false);
     }
+    zero_counters(b, scratch, cnt_off, counters)?;
+    // The Q8_1 copy is one group's DV floats, whole blocks of a contiguous
+    // F32 output; q8_target commits the matmul to it, so ask only then.
+    let out_v = Value::new(id, 0);
+    let td = g.ty(out_v);
+    let q8 = if v.ne[0] % 32 == 0 && td.dtype == GgmlType::F32 && td.is_contiguous() {
+        b.q8_target(out_v)
+    } else {
+        None
+    };
     let heads = (q.ne[2] * q.ne[3]) as usize;
     let global = [FA_WG, (q.ne[1] * n_chunks) as usize, heads];
     out.push(grid(
         b,
         "fa_split",
-        "kernel_fa_split_partial",
+        "kernel_fa_split",
         global,
         Some([FA_WG, 1, 1]),
         "flash_attn",
@@ -89,6 +129,7 @@ pub fn lower_split(
                 .tensor(&mask)?
                 .i32(has_mask as i32)?;
             a.ptr(scratch, part_off)?
+                .ptr(scratch, cnt_off)?
                 .i32(CHUNK as i32)?
                 .i32(n_chunks as i32)?;
             a.f32(scale)?
@@ -97,22 +138,39 @@ pub fn lower_split(
                 .f32(m1)?
                 .u32(n_head_log2)?
                 .f32(softcap)?;
-            Ok(())
-        },
-    )?);
-    let global = [FA_WG, q.ne[1] as usize, heads];
-    out.push(grid(
-        b,
-        "fa_split",
-        "kernel_fa_split_merge",
-        global,
-        Some([FA_WG, 1, 1]),
-        "flash_attn",
-        |a| {
-            a.ptr(scratch, part_off)?.i32(n_chunks as i32)?;
-            a.i64(q.ne[1])?.i64(q.ne[2])?.tensor(&dst)?;
+            a.tensor(&dst)?;
+            match q8 {
+                Some(t) => a.i32(1)?.ptr(t.mem, t.offset)?,
+                None => a.i32(0)?.ptr(scratch, 0)?,
+            };
             Ok(())
         },
     )?);
     Ok(true)
+}
+
+/// Zeroes the arrival counters once, when the plan is built: the kernel puts
+/// each back to 0 after its merge, so no run needs a launch for it. Every
+/// split node of the plan enqueues the fill (it is idempotent and ordered
+/// before the plan's first run by the in-order queue), which keeps this free
+/// of state about which node came first.
+fn zero_counters(b: &Binder, scratch: cl_mem, offset: u64, len: u64) -> Result<()> {
+    let pattern = [0u8; 4];
+    // SAFETY: `scratch` is the plan's live scratch buffer, `offset + len` lies
+    // inside it (the layout above reserves the counters there), the pattern
+    // is copied at enqueue time, and nothing else uses the range until the
+    // plan runs on this same in-order queue.
+    let ev = unsafe {
+        cq::enqueue_fill_buffer(
+            b.device.queue.get(),
+            scratch,
+            pattern.as_ptr() as *const c_void,
+            pattern.len(),
+            offset as usize,
+            len as usize,
+            0,
+            std::ptr::null(),
+        )
+    };
+    finish_event(ev, "clEnqueueFillBuffer")
 }

@@ -405,7 +405,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             };
             let ops = [q, k, vv, mask, dst];
             let params = [scale, *max_bias, m0, m1, *softcap, 0.0];
-            if super::flash_attn::lower_split(b, n, ops, *has_mask, params, n_head_log2, out)? {
+            if super::flash_attn::lower_split(b, id, n, ops, *has_mask, params, n_head_log2, out)? {
                 return Ok(());
             }
             let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];

@@ -3,6 +3,9 @@
 //! fallback everywhere. On CPU OpenCL devices (PoCL) the portable kernels are
 //! kept because they reproduce ggml's CPU backend bit for bit; GPUs get the
 //! fast kernels of `mul_mv.cl` (`POLYCL_FAST_KERNELS` overrides the choice).
+//! Prompt-size Q4_0/Q8_0 batches on NVIDIA take the tensor-core tiles of
+//! `mul_mm_mma.cl` instead (`POLYCL_MMA` overrides; elsewhere the same
+//! kernels emulate `mma.sync`, which only tests are meant to force on).
 
 use super::mul_mat::MatmulKernel;
 use crate::config;
@@ -18,6 +21,16 @@ const MV_LANES: usize = 32;
 const MAX_MV_BATCH: i64 = 8;
 const MM_TILE: usize = 64;
 const MM_T: usize = 16;
+/// Work-items of a tensor-core tile (`mul_mm_mma.cl`): 4 warps, one 64x64 tile.
+const MMA_WG: usize = 128;
+/// Elements per quantization block; the mma kernels take whole blocks (K=32).
+const QK: i64 = 32;
+
+/// Whether prompt-size quantized matmuls on `device` use the tensor-core
+/// kernels: where `mma.sync` exists unless `POLYCL_MMA` says otherwise.
+fn mma_wanted(device: &Device) -> bool {
+    config::get().mma.unwrap_or(device.is_nvidia)
+}
 
 /// Whether `device` runs the fast kernels (and the fusions made for them).
 pub fn wanted(device: &Device) -> bool {
@@ -30,6 +43,26 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
         return None;
     }
     if x.ne[1] > MAX_MV_BATCH {
+        if mma_wanted(device) && w.ne[0] % QK == 0 {
+            let name = match wtype {
+                Q4_0 => Some("kernel_mul_mm_mma_q4_0"),
+                Q8_0 => Some("kernel_mul_mm_mma_q8_0"),
+                _ => None,
+            };
+            if let Some(name) = name {
+                let tiles = |n: i64| (n as usize).div_ceil(MM_TILE);
+                return Some(MatmulKernel {
+                    program: "mul_mm_mma",
+                    name: name.to_string(),
+                    global: [
+                        tiles(w.ne[1]) * MMA_WG,
+                        tiles(x.ne[1]),
+                        (x.ne[2] * x.ne[3]) as usize,
+                    ],
+                    local: [MMA_WG, 1, 1],
+                });
+            }
+        }
         let name = match wtype {
             Q4_0 => "kernel_mul_mm_q4_0",
             Q8_0 => "kernel_mul_mm_q8_0",

@@ -38,6 +38,10 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
     ("peer", &[COMMON, include_str!("kernels/peer.cl")]),
     ("mul_mv", &[COMMON, include_str!("kernels/mul_mv.cl")]),
+    (
+        "mul_mm_mma",
+        &[COMMON, include_str!("kernels/mul_mm_mma.cl")],
+    ),
     ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
     (
         "fused_norm",

@@ -1,15 +1,32 @@
 // Flash attention for the decode shape on GPUs (common.cl + this file): the KV
 // length is split into chunks, one work-group per (query row, chunk, head),
-// so a single token fills the GPU; a second kernel merges the chunks' partial
-// softmax states. Float accumulation throughout (the portable kernel in
-// flash_attn.cl reproduces the CPU backend instead and stays on PoCL).
+// so a single token fills the GPU. Float accumulation throughout (the
+// portable kernel in flash_attn.cl reproduces the CPU backend instead and
+// stays on PoCL).
 //
-// Partial state per (head*ne3 + z, query, chunk): M, S, then DV floats.
+// One launch, not a partial kernel and a merge kernel: a launch costs the
+// host ~4.5 us on the target GPU. Every group writes its chunk's partial
+// softmax state, then counts itself done on a per-(head*ne3 + z, query)
+// counter; the group that arrives last merges the chunks ("last block done")
+// and puts the counter back to 0 for the next run. The counters live in the
+// plan's scratch, zeroed once when the plan is built.
+//
+// Memory ordering across work-groups (OpenCL 1.2 promises none, so this leans
+// on what NVIDIA's OpenCL and PoCL do): a writer's partial stores must be
+// visible device-wide before its group's atomic is, so every work-item fences
+// (mem_fence, plus membar.gl on NVIDIA, where mem_fence is not known to order
+// against other SMs) before the group barrier that precedes the atomic. The
+// merging group fences again after it saw the final count, and reads the
+// partials through volatile pointers: NVIDIA's L1 is not coherent across SMs,
+// and a volatile load bypasses it. Partial state per (head*ne3 + z, query,
+// chunk): M, S, then DV floats.
 
 #define FA_WG 64
 #define FA_TILE 64
 #define FA_MAX_D 256
 #define FA_PER (FA_MAX_D / FA_WG)
+#define FA_QK8_1 32
+#define FA_Q8_1_BYTES 36
 
 inline float fa_slope(uint h, float max_bias, float m0, float m1, uint n_head_log2) {
     if (max_bias <= 0.0f) return 1.0f;
@@ -42,14 +59,44 @@ inline float fa_group_sum(float v, __local float *red) {
     return r;
 }
 
-// global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}.
-kernel void kernel_fa_split_partial(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
-                                    __global float *part, ulong part_off, int chunk, int n_chunks,
-                                    float scale, float max_bias, float m0, float m1, uint n_head_log2,
-                                    float softcap) {
+// Device-wide ordering of this work-item's global stores before its later
+// ones (see the note at the top).
+inline void fa_global_fence(void) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+#ifdef POLYCL_NVIDIA
+    asm volatile("membar.gl;" ::: "memory");
+#endif
+}
+
+// Correctly rounded float division, as qk_div in quant.cl (not part of this
+// program): the Q8_1 copy must match kernel_quantize_q8_1's bytes.
+inline float fa_div(float a, float b) {
+    float q = a / b;
+    if (!isfinite(q) || q == 0.0f || !isfinite(b)) return q;
+    for (int it = 0; it < 4; ++it) {
+        const float r = fma(-q, b, a);
+        if (r == 0.0f) break;
+        const float dir = ((r > 0.0f) == (b > 0.0f)) ? INFINITY : -INFINITY;
+        const float q2 = nextafter(q, dir);
+        const float r2 = fma(-q2, b, a);
+        if (fabs(r2) < fabs(r)) q = q2; else break;
+    }
+    return q;
+}
+
+// global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
+// `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
+// blocks in dst's element order, which the caller checked is contiguous F32
+// with DV % 32 == 0.
+kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
+                            __global float *part, ulong part_off, __global uint *cnt,
+                            ulong cnt_off, int chunk, int n_chunks, float scale, float max_bias,
+                            float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
+                            int has_q8, __global char *q8, ulong q8_off) {
     __local float qs[FA_MAX_D];
     __local float ps[FA_TILE];
     __local float red[FA_WG];
+    __local int last;
     const int l = get_local_id(0);
     const long iq = get_group_id(1) / n_chunks;
     const int c = get_group_id(1) % n_chunks;
@@ -107,7 +154,8 @@ kernel void kernel_fa_split_partial(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    __global float *o = part + part_off / 4 + ((hz * q_ne.s1 + iq) * n_chunks + c) * (DV + 2);
+    const long row = hz * q_ne.s1 + iq;
+    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
     if (l == 0) {
         o[0] = M;
         o[1] = S;
@@ -116,30 +164,63 @@ kernel void kernel_fa_split_partial(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(
         const long d = l + i * FA_WG;
         if (d < DV) o[2 + d] = acc[i];
     }
-}
 
-// global {64, n_q, n_head * ne3}, local {64, 1, 1}: merges the chunks.
-kernel void kernel_fa_split_merge(__global const float *part, ulong part_off, int n_chunks, long n_q,
-                                  long n_head, TENSOR(dst)) {
-    const int l = get_local_id(0);
-    const long iq = get_group_id(1), hz = get_group_id(2);
-    const long h = hz % n_head, z = hz / n_head;
-    const long DV = dst_ne.s0;
-    const __global float *p = part + part_off / 4 + (hz * n_q + iq) * n_chunks * (DV + 2);
-    float M = -INFINITY;
-    for (int c = 0; c < n_chunks; ++c) M = fmax(M, p[c * (DV + 2)]);
-    float S = 0.0f;
-    for (int c = 0; c < n_chunks; ++c) {
-        const float mc = p[c * (DV + 2)];
-        if (mc != -INFINITY) S += p[c * (DV + 2) + 1] * exp(mc - M);
-    }
-    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (long d = l; d < DV; d += FA_WG) {
-        float a = 0.0f;
-        for (int c = 0; c < n_chunks; ++c) {
-            const float mc = p[c * (DV + 2)];
-            if (mc != -INFINITY) a += p[c * (DV + 2) + 2 + d] * exp(mc - M);
+    // Publish, count, and let the last group of this (query, head) merge. No
+    // return before the barriers (PoCL 3.1 miscompiles that); `last` is
+    // uniform over the group.
+    fa_global_fence();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
+    if (l == 0) last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int merge = last;
+    // qs (FA_MAX_D floats, no longer read) holds the merged row for the Q8_1
+    // blocks, which span 32 elements that other work-items computed.
+    __local float *outs = qs;
+    if (merge) {
+        fa_global_fence();
+        const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
+        float Mx = -INFINITY;
+        for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
+        float Sx = 0.0f;
+        for (int cc = 0; cc < n_chunks; ++cc) {
+            const float mc = p[cc * (DV + 2)];
+            if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
         }
-        store_f32(AT(dst, d, h, iq, z), a * inv);
+        const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
+        for (long d = l; d < DV; d += FA_WG) {
+            float a = 0.0f;
+            for (int cc = 0; cc < n_chunks; ++cc) {
+                const float mc = p[cc * (DV + 2)];
+                if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
+            }
+            const float r = a * inv;
+            store_f32(AT(dst, d, h, iq, z), r);
+            if (has_q8) outs[d] = r;
+        }
+        // Every group of this (query, head) has counted, so nobody else
+        // touches the counter in this launch; the next launch sees 0.
+        if (l == 0) atomic_xchg(ctr, 0u);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // One Q8_1 block (36 bytes) per work-item, exactly as kernel_quantize_q8_1.
+    if (merge && has_q8 && l < DV / FA_QK8_1) {
+        // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
+        const long blk = (DV / FA_QK8_1) * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + l;
+        __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
+        const __local float *x = outs + l * FA_QK8_1;
+        float amax = 0.0f;
+        for (int j = 0; j < FA_QK8_1; ++j) amax = fmax(amax, fabs(x[j]));
+        const float d = fa_div(amax, 127.0f);
+        const float id = (amax != 0.0f) ? fa_div(127.0f, amax) : 0.0f;
+        uint sum = 0;
+        for (int j = 0; j < FA_QK8_1; ++j) {
+            const float vq = rint(x[j] * id);
+            const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
+            sum += (uint)qi;
+            y[4 + j] = (char)clamp(qi, -128, 127);
+        }
+        store_f16(y, d);
+        store_f16(y + 2, d * (float)(int)sum);
     }
 }

@@ -1,0 +1,268 @@
+// Tensor-core matrix-matrix kernels for batches (prompt processing) of Q4_0 /
+// Q8_0 weights times Q8_1 activations (common.cl + this file).
+//
+// Same arguments and broadcasting as kernel_mul_mm_* in mul_mv.cl, so the
+// planner can swap them in. A work-group of 4 warps (128 work-items) computes a
+// 64x64 tile of (weight rows x tokens); warp w owns the 32x32 sub-tile at rows
+// (w & 1) * 32, tokens (w >> 1) * 32, as 2x4 m16n8 tiles. Each stage copies
+// MMA_KB 32-element blocks of the tile's 64 weight rows (Q4_0 nibbles widened
+// to bytes) and 64 tokens into local memory as int8, with their scales; then
+// per block every warp runs 8 integer mma m16n8k32 (one block is exactly K=32)
+// and folds each integer result into float accumulators with the block's
+// scales, because the scales change every 32 elements.
+//
+// Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync in inline PTX.
+// Elsewhere a work-group-local emulation with the same fragment layout runs
+// instead, so the staging and fragment indexing are tested on CPU devices the
+// same way they run on the GPU.
+//
+// Launch: global {128 * ceil(ne01 / 64), ceil(ne11 / 64), ne12 * ne13},
+// local {128, 1, 1}. Needs ne00 % 32 == 0.
+
+#define QK 32
+#define Q8_1_BLOCK 36
+#define MMA_TILE 64
+#define MMA_WG 128
+// Blocks per stage: more blocks amortise the two barriers of a stage and make
+// longer contiguous global reads per row, at the cost of local memory.
+#define MMA_KB 4
+// Ints per staged row. The 8-int pad makes the row stride 8 banks mod 32, so
+// the 64-bit fragment loads of a half-warp (4 rows x 4 lanes) hit 32
+// distinct banks.
+#define MMA_S (MMA_KB * 8 + 8)
+
+// Inside a staged block the eight 4-byte K chunks are stored in the order
+// 0,4,1,5,2,6,3,7: the chunks lane tig needs (tig and 4 + tig, i.e. k bytes
+// tig*4.. and 16+tig*4..) are then adjacent and one 64-bit load. Weights and
+// activations use the same order, so each dot product is unchanged.
+
+#ifdef POLYCL_NVIDIA
+// D = A (16x32, row) * B (32x8, col), C = 0. a: a0..a3, b: b0, b1 of the PTX
+// ISA's m16n8k32 .s8 fragments; result c0..c3.
+inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
+    (void)scratch;
+    const int a0 = a.x, a1 = a.y, a2 = a.z, a3 = a.w, b0 = b.x, b1 = b.y, z = 0;
+    int d0, d1, d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(z), "r"(z),
+                   "r"(z), "r"(z));
+    return (int4)(d0, d1, d2, d3);
+}
+#define MMA_SCRATCH
+#define MMA_SCRATCH_PTR ((__local int *)0)
+#else
+inline int mma_dot4(int a, int b, int c) {
+    const char4 x = as_char4(a);
+    const char4 y = as_char4(b);
+    return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+// The same warp-wide product from the same per-lane fragments: each lane
+// publishes its registers, then computes its own c0..c3 from the others'.
+// Every work-item must call it (it has barriers). `scratch` holds 6 ints per
+// work-item.
+inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
+    const int lane = get_local_id(0) % 32;
+    __local int *s = scratch + (get_local_id(0) / 32) * 32 * 6;
+    vstore4(a, lane, s);
+    vstore2(b, lane, s + 32 * 4);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, tig = lane & 3;
+    int c[4];
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0);
+        const int col = tig * 2 + (i & 1);
+        int acc = 0;
+        for (int j = 0; j < 8; ++j) {
+            // K chunk j (bytes 4j..4j+3): A row `row` lives in lane
+            // (row % 8) * 4 + j % 4, register a0/a1 (j < 4) or a2/a3 (j >= 4),
+            // a1/a3 for rows 8..15; B column `col` in lane col * 4 + j % 4,
+            // register b0 (j < 4) or b1.
+            const int areg = (j >= 4 ? 2 : 0) + (row >= 8 ? 1 : 0);
+            const int av = s[((row & 7) * 4 + (j & 3)) * 4 + areg];
+            const int bv = s[32 * 4 + (col * 4 + (j & 3)) * 2 + (j >= 4 ? 1 : 0)];
+            acc = mma_dot4(av, bv, acc);
+        }
+        c[i] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (int4)(c[0], c[1], c[2], c[3]);
+}
+#define MMA_SCRATCH __local int mma_scratch[MMA_WG * 6];
+#define MMA_SCRATCH_PTR mma_scratch
+#endif
+
+// Four packed bytes from a 2-byte aligned address.
+inline int mma_load_i32_a2(const __global char *p) {
+    const ushort2 u = vload2(0, (const __global ushort *)p);
+    return (int)u.x | ((int)u.y << 16);
+}
+
+// One weight block as a staged row's 8 ints (chunk order above).
+// Q4_0: chunk k (k < 4) holds the low nibbles of bytes 4k..4k+3 (elements
+// 4k..), chunk 4 + k their high nibbles (elements 16 + 4k..).
+inline int8 mma_fetch_q4_0(const __global char *wb) {
+    const int q0 = mma_load_i32_a2(wb + 2), q1 = mma_load_i32_a2(wb + 6);
+    const int q2 = mma_load_i32_a2(wb + 10), q3 = mma_load_i32_a2(wb + 14);
+    const int m = 0x0F0F0F0F;
+    return (int8)(q0 & m, (q0 >> 4) & m, q1 & m, (q1 >> 4) & m, q2 & m, (q2 >> 4) & m, q3 & m,
+                  (q3 >> 4) & m);
+}
+inline int8 mma_fetch_q8_0(const __global char *wb) {
+    return (int8)(mma_load_i32_a2(wb + 2), mma_load_i32_a2(wb + 18), mma_load_i32_a2(wb + 6),
+                  mma_load_i32_a2(wb + 22), mma_load_i32_a2(wb + 10), mma_load_i32_a2(wb + 26),
+                  mma_load_i32_a2(wb + 14), mma_load_i32_a2(wb + 30));
+}
+
+// Blocks of weights (and of activations) each work-item copies per stage.
+#define MMA_SLOTS (MMA_TILE * MMA_KB / MMA_WG)
+
+// One 64x64 output tile; `q4` picks the weight format (a constant at each
+// call, so the other format's code folds away). The local arrays are the
+// kernel's, since OpenCL C 1.2 declares local memory only at kernel scope.
+// Forced inline: a C99 `inline` function too big to inline has no external
+// definition, and `q4` must fold to a constant.
+inline __attribute__((always_inline)) void
+mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
+         TENSOR(dst), const int q4, __local int *lw, __local int *la, __local float *ldw,
+         __local float *lds, __local int *scratch) {
+    const int tid = get_local_id(0);
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane >> 2, tig = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    const long row0 = get_group_id(0) * MMA_TILE, tok0 = get_group_id(1) * MMA_TILE;
+    const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);
+    const long nblocks = w_ne.s0 / QK;
+    const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    // A stage's global data goes through registers: the next stage's loads
+    // are issued before this stage's mma work, so their latency hides behind it.
+    int8 wq[MMA_SLOTS], aq[MMA_SLOTS];
+    float wd[MMA_SLOTS];
+    float2 ad[MMA_SLOTS];
+    const long nstages = (nblocks + MMA_KB - 1) / MMA_KB;
+    for (long st = -1; st < nstages; ++st) {
+        const long ib0 = st * MMA_KB;
+        const int nkb = (int)min((long)MMA_KB, nblocks - ib0);
+        if (st >= 0) {
+#pragma unroll
+            for (int j = 0; j < MMA_SLOTS; ++j) {
+                const int idx = j * MMA_WG + tid;
+                const int r = idx / MMA_KB, kb = idx % MMA_KB;
+                if (kb < nkb) {
+                    vstore8(wq[j], 0, lw + r * MMA_S + kb * 8);
+                    ldw[kb * MMA_TILE + r] = wd[j];
+                    vstore8(aq[j], 0, la + r * MMA_S + kb * 8);
+                    vstore2(ad[j], kb * MMA_TILE + r, lds);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (st + 1 < nstages) {
+            const long nb0 = ib0 + MMA_KB;
+            const int nnkb = (int)min((long)MMA_KB, nblocks - nb0);
+            // Consecutive work-items take consecutive blocks of one row, so a
+            // warp's global reads are runs of MMA_KB contiguous blocks.
+#pragma unroll
+            for (int j = 0; j < MMA_SLOTS; ++j) {
+                const int idx = j * MMA_WG + tid;
+                const int r = idx / MMA_KB, kb = idx % MMA_KB;
+                if (kb < nnkb) {
+                    // Rows and tokens past the end repeat the last one:
+                    // computed but never stored, and no checks in the mma loop.
+                    const long wr = min(row0 + r, w_ne.s1 - 1);
+                    const __global char *wb =
+                        AT(w, 0, wr, i02, i03) + (nb0 + kb) * (q4 ? 18 : 34);
+                    wq[j] = q4 ? mma_fetch_q4_0(wb) : mma_fetch_q8_0(wb);
+                    wd[j] = vload_half(0, (const __global half *)wb);
+                    const long tok = min(tok0 + r, b_ne.s1 - 1);
+                    const __global char *ab = abase + tok * act_nb.s1 + (nb0 + kb) * Q8_1_BLOCK;
+                    ad[j] = vload_half2(0, (const __global half *)ab);
+                    const int8 a = vload8(0, (const __global int *)(ab + 4));
+                    aq[j] = (int8)(a.s0, a.s4, a.s1, a.s5, a.s2, a.s6, a.s3, a.s7);
+                }
+            }
+        }
+        // Stage -1 only fetches (no early continue: every work-item must meet
+        // the same barriers, and PoCL mishandles skipped ones).
+        const int ncompute = st >= 0 ? nkb : 0;
+        for (int kb = 0; kb < ncompute; ++kb) {
+            int4 af[2];
+            float2 dw[2];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                const int r = wm + mt * 16 + g;
+                const int2 lo = vload2(0, lw + r * MMA_S + kb * 8 + 2 * tig);
+                const int2 hi = vload2(0, lw + (r + 8) * MMA_S + kb * 8 + 2 * tig);
+                af[mt] = (int4)(lo.x, hi.x, lo.y, hi.y);
+                dw[mt] = (float2)(ldw[kb * MMA_TILE + r], ldw[kb * MMA_TILE + r + 8]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const int t = wn + nt * 8;
+                const int2 bf = vload2(0, la + (t + g) * MMA_S + kb * 8 + 2 * tig);
+                // (da, sa) of tokens t + 2 tig and t + 2 tig + 1.
+                const float4 ds = vload4(0, lds + (kb * MMA_TILE + t + 2 * tig) * 2);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    const int4 c = mma_s8(af[mt], bf, scratch);
+                    if (q4) {
+                        acc[mt][nt][0] += dw[mt].x * (ds.x * (float)c.x - 8.0f * ds.y);
+                        acc[mt][nt][1] += dw[mt].x * (ds.z * (float)c.y - 8.0f * ds.w);
+                        acc[mt][nt][2] += dw[mt].y * (ds.x * (float)c.z - 8.0f * ds.y);
+                        acc[mt][nt][3] += dw[mt].y * (ds.z * (float)c.w - 8.0f * ds.w);
+                    } else {
+                        acc[mt][nt][0] += dw[mt].x * ds.x * (float)c.x;
+                        acc[mt][nt][1] += dw[mt].x * ds.z * (float)c.y;
+                        acc[mt][nt][2] += dw[mt].y * ds.x * (float)c.z;
+                        acc[mt][nt][3] += dw[mt].y * ds.z * (float)c.w;
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const long r = row0 + wm + mt * 16 + g + (i >= 2 ? 8 : 0);
+                const long t = tok0 + wn + nt * 8 + 2 * tig + (i & 1);
+                if (r < w_ne.s1 && t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[mt][nt][i]);
+            }
+        }
+    }
+}
+
+// Weights staged as int8 rows, activations likewise, the weight scales, and
+// (da, sa) pairs so that a lane's two adjacent tokens are one 16-byte load.
+#define MMA_LOCALS                                                                            \
+    __local int lw[MMA_TILE * MMA_S];                                                         \
+    __local int la[MMA_TILE * MMA_S];                                                         \
+    __local float ldw[MMA_KB * MMA_TILE];                                                     \
+    __local float lds[MMA_KB * MMA_TILE * 2];                                                 \
+    MMA_SCRATCH
+
+kernel void kernel_mul_mm_mma_q4_0(CTENSOR(w), __global const char *act, ulong act_off,
+                                   ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
+    MMA_LOCALS
+    mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne, dst_nb, 1, lw,
+             la, ldw, lds, MMA_SCRATCH_PTR);
+}
+
+kernel void kernel_mul_mm_mma_q8_0(CTENSOR(w), __global const char *act, ulong act_off,
+                                   ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
+    MMA_LOCALS
+    mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne, dst_nb, 0, lw,
+             la, ldw, lds, MMA_SCRATCH_PTR);
+}
