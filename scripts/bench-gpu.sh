@@ -33,7 +33,7 @@ build() {
 bench_one() { # model, label: both backends, same flags; prints t/s and ratios
   local m=$1 label=$2
   "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv > "$W/cuda-$label.csv" 2>/dev/null
-  GGML_BACKEND_PATH=$LIB "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv \
+  GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv \
     > "$W/polycl-$label.csv" 2>"$W/polycl-$label.err"
   python3 - "$W/cuda-$label.csv" "$W/polycl-$label.csv" "$label" <<'PY'
 import csv, sys
@@ -63,7 +63,7 @@ greedy_check() { # same greedy tokens from CUDA and polycl on the small test mod
     for fa in on off; do
       # The CUDA backend is loaded as "the" GGML_BACKEND_PATH library for the reference.
       a=$(GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
-      b=$(GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      b=$(GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
       if [[ -n "$a" && "$a" == "$b" ]]; then echo "greedy $(basename "$m") fa=$fa: same tokens"
       else echo "greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  CUDA   $a"; echo "  polycl $b"; fi
     done
@@ -81,21 +81,21 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
   local m=$W/m7-q4_0.gguf f
   for f in 0 1; do
     echo "== POLYCL_FUSE=$f"
-    POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
+    POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
       -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
   done
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
     -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
   for fa in on off; do
-    POLYCL_LOG=1 GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
+    POLYCL_LOG=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
       --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "graph compute: .* launches" | tail -n 3 |
       sed "s/^/fa $fa: /"
   done
   # Time to first token: without the on-disk program cache (every kernel built), then with
   # it warm (llama-bench above filled it).
-  POLYCL_PROGRAM_CACHE=0 GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 \
+  POLYCL_PROGRAM_CACHE=0 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 \
     --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/polycl, no program cache: /"
-  GGML_BACKEND_PATH=$LIB "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 --prompt-tokens 8 \
+  GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 --prompt-tokens 8 \
     2>/dev/null | grep ttft | sed "s/^/polycl, warm program cache: /"
   GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa on -n 2 \
     --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
@@ -104,7 +104,7 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
   local op
   for op in MUL_MAT FLASH_ATTN_EXT ROPE SET_ROWS RMS_NORM; do
-    GGML_BACKEND_PATH=$LIB "$BIN/test-backend-ops" -b POLYCL0 -o $op 2>&1 | grep -E "tests passed|FAIL" |
+    GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o $op 2>&1 | grep -E "tests passed|FAIL" |
       head -n 5 | sed "s/^/$op: /"
   done
 }
