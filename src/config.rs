@@ -10,6 +10,8 @@
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
+//! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
+//! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
 
@@ -29,6 +31,10 @@ pub struct Config {
     pub fuse: bool,
     /// Tensor-core prompt matmuls (`POLYCL_MMA`); None: on NVIDIA only.
     pub mma: Option<bool>,
+    /// Launches between queue flushes in a graph compute (`POLYCL_FLUSH_EVERY`).
+    pub flush_every: usize,
+    /// GPU time per kernel in the log (`POLYCL_PROFILE`).
+    pub profile: bool,
     pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
@@ -43,6 +49,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         plan_cache_size: 64,
         q8_cache: 1,
         fuse: true,
+        flush_every: 16,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -107,6 +114,23 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             "1" => c.mma = Some(true),
             _ => c.problems.push(format!(
                 "POLYCL_MMA={v:?}: expected 0 or 1; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FLUSH_EVERY") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => c.flush_every = n,
+            _ => c.problems.push(format!(
+                "POLYCL_FLUSH_EVERY={v:?}: expected a positive integer; using 16"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_PROFILE") {
+        match v.trim() {
+            "0" => c.profile = false,
+            "1" => c.profile = true,
+            _ => c.problems.push(format!(
+                "POLYCL_PROFILE={v:?}: expected 0 or 1; not profiling"
             )),
         }
     }

@@ -193,13 +193,28 @@ impl Plan {
     /// Enqueues every launch; returns without waiting (ggml's compute is async).
     pub fn run(&self) -> Result<()> {
         let mut s = self.mm.begin();
+        // The device starts on a batch only once it is flushed: flushing every
+        // few launches lets it run a token's first kernels while the host
+        // enqueues the rest, instead of after the last one.
+        let every = crate::config::get().flush_every;
+        let mut since_flush = 0;
         for (i, l) in self.launches.iter().enumerate() {
             if self.mm.before(&self.device, i, l, &mut s)? {
                 l.enqueue(&self.device)?;
+                since_flush += 1;
+                if since_flush == every {
+                    self.device.flush()?;
+                    since_flush = 0;
+                }
             }
         }
         self.mm.finish(&self.device, self.launches.len(), s)?;
-        self.device.flush()
+        self.device.flush()?;
+        if crate::runtime::profile::enabled() {
+            self.device.synchronize()?;
+            crate::runtime::profile::report(&self.device.name);
+        }
+        Ok(())
     }
 
     /// Whether every buffer the plan names is still registered.

@@ -154,10 +154,15 @@ fn discover() -> Result<Vec<Arc<Device>>> {
     let mut out = Vec::new();
     for (index, (pi, d)) in selected.into_iter().enumerate() {
         let context = contexts[&pi].clone();
+        let properties = if super::profile::enabled() {
+            opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
         // SAFETY: d is a device of `context` (the context was made from it).
         #[allow(deprecated)]
-        let queue =
-            unsafe { CommandQueue::create(&context, d.id(), 0) }.cl("clCreateCommandQueue")?;
+        let queue = unsafe { CommandQueue::create(&context, d.id(), properties) }
+            .cl("clCreateCommandQueue")?;
         let dev_type = d.dev_type().unwrap_or(0);
         let vendor = d.vendor().unwrap_or_default();
         let name = d.name().unwrap_or_default();

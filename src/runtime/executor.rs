@@ -89,7 +89,7 @@ impl Launch {
         let local = self.local.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         super::counters::launched(self.kind);
-        if let Some(f) = raw_enqueue() {
+        if let Some(f) = raw_enqueue().filter(|_| !super::profile::enabled()) {
             // SAFETY: as below; passing a null event pointer asks OpenCL for no
             // event object, which saves its creation and release per launch.
             let status = unsafe {
@@ -128,6 +128,13 @@ impl Launch {
                 std::ptr::null(),
             )
         };
+        if super::profile::enabled() {
+            if let Ok(e) = ev {
+                let name = self.kernel.function_name().unwrap_or_default();
+                super::profile::record(name, opencl3::event::Event::new(e));
+                return Ok(());
+            }
+        }
         finish_event(ev, "clEnqueueNDRangeKernel")
     }
 }

@@ -8,6 +8,7 @@ pub mod counters;
 pub mod device;
 pub mod executor;
 pub mod peer;
+pub mod profile;
 pub mod program;
 pub mod quant;
 
