@@ -16,14 +16,25 @@ use opencl3::command_queue as cq;
 use opencl3::types::cl_mem;
 use std::ffi::c_void;
 
-/// KV positions per chunk of the split kernel.
-const CHUNK: i64 = 256;
+/// KV positions per chunk of the split kernel: at most MAX_CHUNK, at least
+/// one tile of keys (FA_TILE), and small enough that a short cache still
+/// gives the device about TARGET_GROUPS work-groups (a 7B model's 32 heads at
+/// 256 positions would otherwise be 32 groups on a 132-SM GPU).
+const MAX_CHUNK: i64 = 256;
+const MIN_CHUNK: i64 = 64;
+const TARGET_GROUPS: i64 = 256;
 /// Queries per graph node up to which the split kernel is used.
 const MAX_SPLIT_QUERIES: i64 = 8;
 const FA_WG: usize = 64;
 
-fn chunks(n_kv: i64) -> i64 {
-    (n_kv + CHUNK - 1) / CHUNK
+fn chunk(q: &TensorType, k: &TensorType) -> i64 {
+    let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
+    let want = ((k.ne[1] * rows).max(0) as u64).div_ceil(TARGET_GROUPS as u64).max(1);
+    want.next_power_of_two().clamp(MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
+}
+
+fn chunks(q: &TensorType, k: &TensorType) -> i64 {
+    (k.ne[1].max(0) as u64).div_ceil(chunk(q, k) as u64) as i64
 }
 
 fn applies(g: &Graph, n: &Node, fast: bool) -> bool {
@@ -43,7 +54,7 @@ fn counter_bytes(q: &TensorType) -> u64 {
 }
 
 fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType) -> u64 {
-    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(k.ne[1]) * (v.ne[0] + 2) * 4) as u64
+    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(q, k) * (v.ne[0] + 2) * 4) as u64
 }
 
 fn align(n: u64) -> u64 {
@@ -93,13 +104,13 @@ pub fn lower_split(
     };
     let [q, k, v, mask, dst] = ops;
     let [scale, max_bias, m0, m1, softcap, _] = params;
-    let n_chunks = chunks(k.ne[1]);
     let (counters, _) = layout(g, b.device.is_gpu);
     // The matmul scratch ends 128-aligned; aligning again only guards the
     // counters' atomics should that change (the size check then fails safe).
     let cnt_off = align(b.mm.scratch_bytes() as u64);
     let part_off = cnt_off + counters;
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+    let (chunk_len, n_chunks) = (chunk(tq, tk), chunks(tq, tk));
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
         return Ok(false);
     }
@@ -130,7 +141,7 @@ pub fn lower_split(
                 .i32(has_mask as i32)?;
             a.ptr(scratch, part_off)?
                 .ptr(scratch, cnt_off)?
-                .i32(CHUNK as i32)?
+                .i32(chunk_len as i32)?
                 .i32(n_chunks as i32)?;
             a.f32(scale)?
                 .f32(max_bias)?

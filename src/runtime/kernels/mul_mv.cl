@@ -86,6 +86,9 @@ inline int load_i32_a2(const __global char *p) {
 inline float mv_row_q4_0(const __global char *wrow, const __global char *arow, long nblocks,
                          int lane) {
     float sum = 0.0f;
+    // Unrolled so several blocks' loads are in flight per lane: a decode
+    // matvec is bound by memory latency as much as by bandwidth.
+#pragma unroll 4
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *wb = wrow + ib * 18;
         const __global char *ab = arow + ib * Q8_1_BLOCK;
@@ -115,6 +118,7 @@ inline float mv_row_q4_0(const __global char *wrow, const __global char *arow, l
 inline float mv_row_q8_0(const __global char *wrow, const __global char *arow, long nblocks,
                          int lane) {
     float sum = 0.0f;
+#pragma unroll 4
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *wb = wrow + ib * 34;
         const __global char *ab = arow + ib * Q8_1_BLOCK;
@@ -131,6 +135,67 @@ inline float mv_row_q8_0(const __global char *wrow, const __global char *arow, l
         isum = dot4(load_i32_a2(wb + 26), a.s6, isum);
         isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
         sum += dw * da * (float)isum;
+    }
+    return sum;
+}
+
+// Two rows (gate and up) against one activation row in one pass: twice the
+// loads in flight and one activation load for both.
+inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long nblocks, int lane) {
+    float2 sum = (float2)(0.0f, 0.0f);
+#pragma unroll 2
+    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
+        const __global char *ab = arow + ib * Q8_1_BLOCK;
+        const float da = vload_half(0, (const __global half *)ab);
+        const float sa = vload_half(1, (const __global half *)ab);
+        const int8 a = vload8(0, (const __global int *)(ab + 4));
+        for (int m = 0; m < 2; ++m) {
+            const __global char *wb = (m == 0 ? w0 : w1) + ib * 18;
+            const float dw = vload_half(0, (const __global half *)wb);
+            int isum = 0;
+            int q = load_i32_a2(wb + 2);
+            isum = dot4(q & 0x0F0F0F0F, a.s0, isum);
+            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s4, isum);
+            q = load_i32_a2(wb + 6);
+            isum = dot4(q & 0x0F0F0F0F, a.s1, isum);
+            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s5, isum);
+            q = load_i32_a2(wb + 10);
+            isum = dot4(q & 0x0F0F0F0F, a.s2, isum);
+            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s6, isum);
+            q = load_i32_a2(wb + 14);
+            isum = dot4(q & 0x0F0F0F0F, a.s3, isum);
+            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s7, isum);
+            const float r = dw * (da * (float)isum - 8.0f * sa);
+            if (m == 0) sum.x += r; else sum.y += r;
+        }
+    }
+    return sum;
+}
+
+inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long nblocks, int lane) {
+    float2 sum = (float2)(0.0f, 0.0f);
+#pragma unroll 2
+    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
+        const __global char *ab = arow + ib * Q8_1_BLOCK;
+        const float da = vload_half(0, (const __global half *)ab);
+        const int8 a = vload8(0, (const __global int *)(ab + 4));
+        for (int m = 0; m < 2; ++m) {
+            const __global char *wb = (m == 0 ? w0 : w1) + ib * 34;
+            const float dw = vload_half(0, (const __global half *)wb);
+            int isum = 0;
+            isum = dot4(load_i32_a2(wb + 2), a.s0, isum);
+            isum = dot4(load_i32_a2(wb + 6), a.s1, isum);
+            isum = dot4(load_i32_a2(wb + 10), a.s2, isum);
+            isum = dot4(load_i32_a2(wb + 14), a.s3, isum);
+            isum = dot4(load_i32_a2(wb + 18), a.s4, isum);
+            isum = dot4(load_i32_a2(wb + 22), a.s5, isum);
+            isum = dot4(load_i32_a2(wb + 26), a.s6, isum);
+            isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
+            const float r = dw * da * (float)isum;
+            if (m == 0) sum.x += r; else sum.y += r;
+        }
     }
     return sum;
 }
@@ -187,7 +252,7 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row_q8_0)
 // global {ceil(rows / GLU_ROWS) * GLU_WARPS * MV_LANES}, local {GLU_WARPS * MV_LANES}.
 #define GLU_WARPS 8
 #define GLU_ROWS (GLU_WARPS * MV_ROWS)
-#define MV_GLU_KERNEL(NAME, ROWDOT)                                                         \
+#define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
 kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_off,        \
                  TENSOR(dglu), TENSOR(dgate), TENSOR(dup), __global char *q8, ulong q8_off,  \
                  int has_q8) {                                                              \
@@ -204,10 +269,10 @@ kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_o
     for (int k = 0; k < MV_ROWS; ++k) {                                                     \
         const int t = warp * MV_ROWS + k;                                                   \
         const long r = min(base + t, rows - 1);                                             \
-        const float g = lane_sum(ROWDOT(wg + wg_off + r * wg_nb.s1, arow, nblocks, lane),   \
-                                 scratch);                                                  \
-        const float u = lane_sum(ROWDOT(wu + wu_off + r * wu_nb.s1, arow, nblocks, lane),   \
-                                 scratch);                                                  \
+        const float2 gu = ROWDOT2(wg + wg_off + r * wg_nb.s1, wu + wu_off + r * wu_nb.s1,   \
+                                  arow, nblocks, lane);                                     \
+        const float g = lane_sum(gu.x, scratch);                                            \
+        const float u = lane_sum(gu.y, scratch);                                            \
         if (lane == 0) {                                                                    \
             lg[t] = g;                                                                      \
             lu[t] = u;                                                                      \
@@ -244,8 +309,8 @@ kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_o
     }                                                                                       \
 }
 
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row_q4_0)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row_q8_0)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0)
 
 // F16 weights x F16 activations (converted rows), float accumulation.
 kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
