@@ -84,6 +84,11 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
     POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
       -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
   done
+  for f in 1000 16 4; do
+    echo "== POLYCL_FLUSH_EVERY=$f"
+    POLYCL_FLUSH_EVERY=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 \
+      -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
+  done
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
     -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
   for fa in on off; do
@@ -91,6 +96,13 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
       --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "graph compute: .* launches" | tail -n 3 |
       sed "s/^/fa $fa: /"
   done
+  # GPU time per kernel of one decode step (the last of a short generation).
+  for fa in on off; do
+    POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa \
+      -n 8 --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "profile:" | tail -n 1 | sed "s/^/fa $fa: /"
+  done
+  POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa on \
+    -n 1 --prompt-tokens 512 -b 512 -v 2>&1 | grep -E "profile:" | tail -n 1 | sed "s/^/prompt 512, fa on: /"
   # Time to first token: without the on-disk program cache (every kernel built), then with
   # it warm (llama-bench above filled it).
   POLYCL_PROGRAM_CACHE=0 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 \
