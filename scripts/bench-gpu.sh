@@ -17,15 +17,19 @@ for f in .ocl/*.deb; do dpkg -x "$f" /tmp/o; done
 echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd
 export OCL_ICD_VENDORS=/tmp/icd LD_LIBRARY_PATH=/tmp/o/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
-BIN=$W/build/bin
+# CUDA=OFF builds the host without the CUDA backend (minutes faster; polycl-only stages).
+CUDA=${CUDA:-ON}
+BUILD=$W/build$([[ $CUDA == ON ]] || echo -nocuda)
+BIN=$BUILD/bin
 
 build() {
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi
-  cmake -S "$W/vendor/llama.cpp" -B "$W/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+  cmake -S "$W/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$CUDA \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
     -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_SERVER=OFF > "$W/cmake.log" 2>&1
-  cmake --build "$W/build" -j "$(nproc)" --target llama-bench ggml-cuda ggml-cpu test-backend-ops \
+  cmake --build "$BUILD" -j "$(nproc)" --target llama-bench ggml-cpu test-backend-ops \
+    $([[ $CUDA == ON ]] && echo ggml-cuda) \
     > "$W/build.log" 2>&1
   echo "build rc=$?" >> "$W/build.log"
 }
@@ -109,8 +113,8 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
     --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/polycl, no program cache: /"
   GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa on -n 2 --prompt-tokens 8 \
     2>/dev/null | grep ttft | sed "s/^/polycl, warm program cache: /"
-  GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa on -n 2 \
-    --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
+  [[ -f $BIN/libggml-cuda.so ]] && GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" \
+    --dev CUDA0 --fa on -n 2 --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
 }
 
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
@@ -131,6 +135,9 @@ case ${stage:-bench} in
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     greedy_check ;;
   models) models ;;
+  quickprofile) # polycl alone, host without CUDA: build, 7B Q4_0 model, profile
+    build & python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0; wait
+    tail -1 "$W/build.log"; profile ;;
   all) # everything, for one long session: build and models side by side, then measure
     build & models; wait; tail -1 "$W/build.log"
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
