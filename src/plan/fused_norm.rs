@@ -8,8 +8,10 @@ use crate::error::Result;
 use crate::ir::{Node, Value};
 use crate::runtime::executor::Launch;
 
-/// Work-group size of the kernel (FN_WG).
-const WG: usize = 128;
+/// Work-group size of the kernel (FN_WG) and the longest row it keeps in
+/// local memory (FN_LOCAL_MAX), which a Q8_1 copy needs.
+const WG: usize = 256;
+const LOCAL_MAX: i64 = 8192;
 
 pub fn lower(
     b: &mut Binder,
@@ -33,7 +35,7 @@ pub fn lower(
         normed
     };
     let contiguous = b.graph.ty(Value::new(id, 0)).is_contiguous();
-    let q8 = if dst.ne[0] % 32 == 0 && contiguous {
+    let q8 = if dst.ne[0] % 32 == 0 && dst.ne[0] <= LOCAL_MAX && contiguous {
         b.q8_target(Value::new(id, 0))
     } else {
         None

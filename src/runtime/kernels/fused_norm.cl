@@ -4,45 +4,43 @@
 // reads it. Float sums (not the CPU backend's double), so results match it
 // up to rounding.
 //
-// global {FN_WG, ne1, ne2*ne3}, local {FN_WG, 1, 1}. Each work-item owns whole
-// 32-element blocks of its row (single elements when ne0 % 32 != 0) in both
-// passes, so it only re-reads what it wrote itself and a block's Q8_1 copy is
-// made by the work-item that computed it. Every output may share memory with
-// an input or another output (ggml's allocator places some ops in place), so
-// each work-item reads an element's inputs before it writes its outputs.
+// global {FN_WG, ne1, ne2*ne3}, local {FN_WG, 1, 1}. Work-items stride over
+// the row (consecutive work-items, consecutive elements: coalesced), and keep
+// the row in local memory where it fits (FN_LOCAL_MAX elements), so the second
+// pass and the Q8_1 blocks, which span 32 elements of different work-items,
+// read it from there. A row is one work-group's: one row of a decode step is
+// only a few microseconds of memory traffic, so the passes must not be
+// chains of dependent global loads.
+//
+// Every output may share memory with an input or another output (ggml's
+// allocator places some ops in place), so each work-item reads an element's
+// inputs before it writes its outputs, and only ever re-reads what it wrote.
 
-#define FN_WG 128
+#define FN_WG 256
 #define FN_QK 32
-
-inline float fn_input(const __global char *a, ulong a_off, long4 a_ne, ulong4 a_nb,
-                      const __global char *b, ulong b_off, long4 b_ne, ulong4 b_nb, int has_add,
-                      long i0, long i1, long i2, long i3) {
-    float x = load_f32(AT(a, i0, i1, i2, i3));
-    if (has_add) x += load_f32(AT(b, i0, i1, i2, i3));
-    return x;
-}
+#define FN_LOCAL_MAX 8192
 
 kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(sum),
                                   TENSOR(normed), CTENSOR(w), TENSOR(dst), float eps,
                                   __global char *q8, ulong q8_off, int has_q8) {
     __local float red[FN_WG];
+    __local float row_vals[FN_LOCAL_MAX];
     const int lid = get_local_id(0);
     const long i1 = get_group_id(1);
     const long i2 = get_group_id(2) % dst_ne.s2;
     const long i3 = get_group_id(2) / dst_ne.s2;
     const long ne0 = dst_ne.s0;
-    const long unit = (ne0 % FN_QK == 0) ? FN_QK : 1;
-    const long units = ne0 / unit;
+    const int staged = ne0 <= FN_LOCAL_MAX;
 
     float acc = 0.0f;
-    for (long u = lid; u < units; u += FN_WG) {
-        for (long j = 0; j < unit; ++j) {
-            const long i0 = u * unit + j;
-            const float x = fn_input(a, a_off, a_ne, a_nb, b, b_off, b_ne, b_nb, has_add, i0,
-                                     i1, i2, i3);
-            if (has_add) store_f32(AT(sum, i0, i1, i2, i3), x);
-            acc += x * x;
+    for (long i0 = lid; i0 < ne0; i0 += FN_WG) {
+        float x = load_f32(AT(a, i0, i1, i2, i3));
+        if (has_add) {
+            x += load_f32(AT(b, i0, i1, i2, i3));
+            store_f32(AT(sum, i0, i1, i2, i3), x);
         }
+        if (staged) row_vals[i0] = x;
+        acc += x * x;
     }
     red[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -52,31 +50,39 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
     }
     const float scale = 1.0f / sqrt(red[0] / (float)ne0 + eps);
 
-    const long row = i1 + dst_ne.s1 * (i2 + dst_ne.s2 * i3);
-    for (long u = lid; u < units; u += FN_WG) {
-        float amax = 0.0f;
-        for (long j = 0; j < unit; ++j) {
-            const long i0 = u * unit + j;
-            // The sum, where there is one, is re-read: ggml may have placed it
-            // in a's memory (an in-place add), which pass 1 overwrote.
-            const float x = has_add ? load_f32(AT(sum, i0, i1, i2, i3))
-                                    : load_f32(AT(a, i0, i1, i2, i3));
-            const float n = x * scale;
-            const float y = n * load_f32(w + w_off + i0 * 4);
-            store_f32(AT(normed, i0, i1, i2, i3), n);
-            store_f32(AT(dst, i0, i1, i2, i3), y);
-            amax = fmax(amax, fabs(y));
-        }
-        if (has_q8 && unit == FN_QK) {
-            __global char *blk = q8 + q8_off + (row * units + u) * 36;
+    for (long i0 = lid; i0 < ne0; i0 += FN_WG) {
+        // Unstaged rows re-read the sum, not a: ggml may have placed the sum
+        // in a's memory (an in-place add), which the first pass overwrote.
+        const float x = staged ? row_vals[i0]
+                               : (has_add ? load_f32(AT(sum, i0, i1, i2, i3))
+                                          : load_f32(AT(a, i0, i1, i2, i3)));
+        const float n = x * scale;
+        const float y = n * load_f32(w + w_off + i0 * 4);
+        store_f32(AT(normed, i0, i1, i2, i3), n);
+        store_f32(AT(dst, i0, i1, i2, i3), y);
+        if (staged) row_vals[i0] = y;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // The host asks for the Q8_1 copy only for staged rows of whole blocks.
+    if (has_q8 && staged) {
+        const long units = ne0 / FN_QK;
+        const long row = i1 + dst_ne.s1 * (i2 + dst_ne.s2 * i3);
+        for (long u = lid; u < units; u += FN_WG) {
+            __local const float *yb = row_vals + u * FN_QK;
+            float amax = 0.0f;
+            for (int j = 0; j < FN_QK; ++j) amax = fmax(amax, fabs(yb[j]));
             const float d = amax / 127.0f;
             const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            // Blocks are 36 bytes from a 128-aligned offset: 4-byte aligned.
+            __global char *blk = q8 + q8_off + (row * units + u) * 36;
             int qsum = 0;
-            for (long j = 0; j < FN_QK; ++j) {
-                const long i0 = u * unit + j;
-                const int q = (int)rint(load_f32(AT(dst, i0, i1, i2, i3)) * id);
-                blk[4 + j] = (char)q;
-                qsum += q;
+            for (int j = 0; j < FN_QK; j += 4) {
+                const int q0 = (int)rint(yb[j] * id), q1 = (int)rint(yb[j + 1] * id);
+                const int q2 = (int)rint(yb[j + 2] * id), q3 = (int)rint(yb[j + 3] * id);
+                qsum += q0 + q1 + q2 + q3;
+                *(__global int *)(blk + 4 + j) =
+                    (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
             }
             store_f16(blk, d);
             store_f16(blk + 2, d * (float)qsum);
