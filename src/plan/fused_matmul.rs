@@ -11,7 +11,8 @@ use crate::ggml::types::GgmlType::{Q4_0, Q8_0};
 use crate::ir::{GluKind, Node, Value};
 use crate::runtime::executor::{Launch, Operand};
 
-/// Rows a work-group and lanes a row of the group kernel (MV_ROWS, MV_LANES).
+/// Row groups a work-group (two rows each) and lanes a row group of the
+/// group kernel (MV_ROWS, MV_LANES).
 const MV_ROWS: usize = 4;
 const MV_LANES: usize = 32;
 /// Row groups a work-group of the GLU kernel (GLU_WARPS).
@@ -62,7 +63,7 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
     let (act, act_off) = q8_activation(b, n, out)?;
     let groups: Vec<usize> = ws
         .iter()
-        .map(|w| (w.ne[1] as usize).div_ceil(MV_ROWS))
+        .map(|w| (w.ne[1] as usize).div_ceil(2 * MV_ROWS))
         .collect();
     // Unused slots repeat the last matrix; no work-group selects them.
     while ws.len() < 3 {

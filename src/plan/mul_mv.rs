@@ -76,13 +76,14 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             local: [MM_T, MM_T, 1],
         });
     }
-    let name = match wtype {
-        Q4_0 => "kernel_mul_mv_q4_0",
-        Q8_0 => "kernel_mul_mv_q8_0",
-        F16 => "kernel_mul_mv_f16",
+    // Q4_0 and Q8_0 kernels compute two rows a row group, F16 one.
+    let (name, rows_per_group) = match wtype {
+        Q4_0 => ("kernel_mul_mv_q4_0", 2 * MV_ROWS),
+        Q8_0 => ("kernel_mul_mv_q8_0", 2 * MV_ROWS),
+        F16 => ("kernel_mul_mv_f16", MV_ROWS),
         _ => return None,
     };
-    let groups = (w.ne[1] as usize).div_ceil(MV_ROWS);
+    let groups = (w.ne[1] as usize).div_ceil(rows_per_group);
     Some(MatmulKernel {
         program: "mul_mv",
         name: name.to_string(),

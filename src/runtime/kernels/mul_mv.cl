@@ -81,66 +81,10 @@ inline int load_i32_a2(const __global char *p) {
     const float total = lane_sum(sum, scratch);                                       \
     if (live && lane == 0) store_f32(AT(dst, i01, i11, i12, i13), total);
 
-// One lane's share of a row's dot product; the caller sums the 32 lanes.
+// One lane's share of two rows' dot products with one activation row (the
+// caller sums the 32 lanes): twice the weight loads in flight and one
+// activation load for both rows.
 // Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
-inline float mv_row_q4_0(const __global char *wrow, const __global char *arow, long nblocks,
-                         int lane) {
-    float sum = 0.0f;
-    // Unrolled so several blocks' loads are in flight per lane: a decode
-    // matvec is bound by memory latency as much as by bandwidth.
-#pragma unroll 4
-    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
-        const __global char *wb = wrow + ib * 18;
-        const __global char *ab = arow + ib * Q8_1_BLOCK;
-        const float dw = vload_half(0, (const __global half *)wb);
-        const float da = vload_half(0, (const __global half *)ab);
-        const float sa = vload_half(1, (const __global half *)ab);
-        const int8 a = vload8(0, (const __global int *)(ab + 4));
-        int isum = 0;
-        int q = load_i32_a2(wb + 2);
-        isum = dot4(q & 0x0F0F0F0F, a.s0, isum);
-        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s4, isum);
-        q = load_i32_a2(wb + 6);
-        isum = dot4(q & 0x0F0F0F0F, a.s1, isum);
-        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s5, isum);
-        q = load_i32_a2(wb + 10);
-        isum = dot4(q & 0x0F0F0F0F, a.s2, isum);
-        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s6, isum);
-        q = load_i32_a2(wb + 14);
-        isum = dot4(q & 0x0F0F0F0F, a.s3, isum);
-        isum = dot4((q >> 4) & 0x0F0F0F0F, a.s7, isum);
-        sum += dw * (da * (float)isum - 8.0f * sa);
-    }
-    return sum;
-}
-
-// Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
-inline float mv_row_q8_0(const __global char *wrow, const __global char *arow, long nblocks,
-                         int lane) {
-    float sum = 0.0f;
-#pragma unroll 4
-    for (long ib = lane; ib < nblocks; ib += MV_LANES) {
-        const __global char *wb = wrow + ib * 34;
-        const __global char *ab = arow + ib * Q8_1_BLOCK;
-        const float dw = vload_half(0, (const __global half *)wb);
-        const float da = vload_half(0, (const __global half *)ab);
-        const int8 a = vload8(0, (const __global int *)(ab + 4));
-        int isum = 0;
-        isum = dot4(load_i32_a2(wb + 2), a.s0, isum);
-        isum = dot4(load_i32_a2(wb + 6), a.s1, isum);
-        isum = dot4(load_i32_a2(wb + 10), a.s2, isum);
-        isum = dot4(load_i32_a2(wb + 14), a.s3, isum);
-        isum = dot4(load_i32_a2(wb + 18), a.s4, isum);
-        isum = dot4(load_i32_a2(wb + 22), a.s5, isum);
-        isum = dot4(load_i32_a2(wb + 26), a.s6, isum);
-        isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
-        sum += dw * da * (float)isum;
-    }
-    return sum;
-}
-
-// Two rows (gate and up) against one activation row in one pass: twice the
-// loads in flight and one activation load for both.
 inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
@@ -173,6 +117,7 @@ inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
     return sum;
 }
 
+// Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
 inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
@@ -200,29 +145,50 @@ inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
     return sum;
 }
 
-kernel void kernel_mul_mv_q4_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
-                               long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
-    const float sum = mv_row_q4_0(wrow, arow, nblocks, lane);
-    MV_EPILOGUE
+// Q4_0 and Q8_0 matvecs: each row group (32 lanes) computes two adjacent
+// rows in one pass (mv_row2_*), so twice the weight loads are in flight and
+// the activation is loaded once for both; MV_ROWS row groups a work-group.
+// global {ceil(ne01 / (2 * MV_ROWS)) * MV_ROWS * MV_LANES, ne11, ne12 * ne13}.
+#define MV2_KERNEL(NAME, ROWDOT2)                                                           \
+kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
+                 long4 b_ne, TENSOR(dst)) {                                                \
+    __local float scratch_all[MV_ROWS * MV_LANES];                                          \
+    const int lane = get_local_id(0) % MV_LANES;                                            \
+    const int group = get_local_id(0) / MV_LANES;                                           \
+    __local float *scratch = scratch_all + group * MV_LANES;                                \
+    const long i01 = (get_group_id(0) * MV_ROWS + group) * 2;                               \
+    const long i11 = get_global_id(1);                                                      \
+    const long i12 = get_global_id(2) % b_ne.s2;                                            \
+    const long i13 = get_global_id(2) / b_ne.s2;                                            \
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2);                                             \
+    const long i03 = i13 / (b_ne.s3 / w_ne.s3);                                             \
+    const bool live0 = i01 < w_ne.s1, live1 = i01 + 1 < w_ne.s1;                            \
+    const __global char *w0 = AT(w, 0, live0 ? i01 : 0, i02, i03);                          \
+    const __global char *w1 = AT(w, 0, live1 ? i01 + 1 : 0, i02, i03);                      \
+    const __global char *arow = act + act_off + i11 * act_nb.s1 + i12 * act_nb.s2 +         \
+                                i13 * act_nb.s3;                                            \
+    const float2 s = ROWDOT2(w0, w1, arow, w_ne.s0 / QK, lane);                             \
+    const float t0 = lane_sum(s.x, scratch);                                                \
+    const float t1 = lane_sum(s.y, scratch);                                                \
+    if (lane == 0) {                                                                        \
+        if (live0) store_f32(AT(dst, i01, i11, i12, i13), t0);                              \
+        if (live1) store_f32(AT(dst, i01 + 1, i11, i12, i13), t1);                          \
+    }                                                                                       \
 }
 
-kernel void kernel_mul_mv_q8_0(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
-                               long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
-    const float sum = mv_row_q8_0(wrow, arow, nblocks, lane);
-    MV_EPILOGUE
-}
+MV2_KERNEL(kernel_mul_mv_q4_0, mv_row2_q4_0)
+MV2_KERNEL(kernel_mul_mv_q8_0, mv_row2_q8_0)
 
 // ---------------------------------------------------------------------------
 // Fused decode matmuls (passes/fuse): one activation row (Q8_1), 2-D weights
 // of one type and row length, F32 results of one column, contiguous.
 // ---------------------------------------------------------------------------
 
-// MulMatGroup: up to three matrices in one launch, MV_ROWS rows a work-group;
-// matrix 0 takes the first g0 groups, matrix 1 the next g1, matrix 2 the rest.
+// MulMatGroup: up to three matrices in one launch, 2 * MV_ROWS rows a
+// work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
+// work-groups, matrix 1 the next g1, matrix 2 the rest.
 // global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
-#define MV_GROUP_KERNEL(NAME, ROWDOT)                                                       \
+#define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
 kernel void NAME(CTENSOR(w0), CTENSOR(w1), CTENSOR(w2), __global const char *act,          \
                  ulong act_off, TENSOR(d0), TENSOR(d1), TENSOR(d2), long g0, long g1) {     \
     __local float scratch_all[MV_ROWS * MV_LANES];                                          \
@@ -231,19 +197,24 @@ kernel void NAME(CTENSOR(w0), CTENSOR(w1), CTENSOR(w2), __global const char *act
     __local float *scratch = scratch_all + group * MV_LANES;                                \
     const long gid = get_group_id(0);                                                       \
     const int m = gid < g0 ? 0 : (gid < g0 + g1 ? 1 : 2);                                   \
-    const long r = (gid - (m == 0 ? 0 : (m == 1 ? g0 : g0 + g1))) * MV_ROWS + group;        \
+    const long r = ((gid - (m == 0 ? 0 : (m == 1 ? g0 : g0 + g1))) * MV_ROWS + group) * 2;  \
     const __global char *w = m == 0 ? w0 + w0_off : (m == 1 ? w1 + w1_off : w2 + w2_off);   \
     const ulong w_nb1 = m == 0 ? w0_nb.s1 : (m == 1 ? w1_nb.s1 : w2_nb.s1);                 \
     const long rows = m == 0 ? w0_ne.s1 : (m == 1 ? w1_ne.s1 : w2_ne.s1);                   \
     __global char *d = m == 0 ? d0 + d0_off : (m == 1 ? d1 + d1_off : d2 + d2_off);         \
-    const bool live = r < rows;                                                             \
-    const float sum = ROWDOT(w + (live ? r : 0) * w_nb1, act + act_off, w0_ne.s0 / QK, lane); \
-    const float total = lane_sum(sum, scratch);                                             \
-    if (live && lane == 0) store_f32(d + r * 4, total);                                     \
+    const bool live0 = r < rows, live1 = r + 1 < rows;                                      \
+    const float2 s = ROWDOT2(w + (live0 ? r : 0) * w_nb1, w + (live1 ? r + 1 : 0) * w_nb1,  \
+                             act + act_off, w0_ne.s0 / QK, lane);                           \
+    const float t0 = lane_sum(s.x, scratch);                                                \
+    const float t1 = lane_sum(s.y, scratch);                                                \
+    if (lane == 0) {                                                                        \
+        if (live0) store_f32(d + r * 4, t0);                                                \
+        if (live1) store_f32(d + (r + 1) * 4, t1);                                          \
+    }                                                                                       \
 }
 
-MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row_q4_0)
-MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row_q8_0)
+MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row2_q4_0)
+MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row2_q8_0)
 
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
 // rows a work-group of GLU_WARPS row groups (each MV_ROWS rows of both
