@@ -121,6 +121,9 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
                 const __global char *kr = AT(k, 0, ic, hk, z);
                 float dot = 0.0f;
                 if (k_nb.s0 == 2) {
+                    // Unrolled: the key row's loads are independent, and a
+                    // decode step is bound by their latency.
+#pragma unroll 8
                     for (long d = 0; d + 1 < DK; d += 2) {
                         const float2 kk = vload_half2(0, (const __global half *)(kr + d * 2));
                         dot += qs[d] * kk.x + qs[d + 1] * kk.y;
@@ -146,9 +149,13 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
             const long d = l + i * FA_WG;
             if (d >= DV) break;
             float a = acc[i] * ms;
+            // A select, not a branch, keeps the loop unrollable; masked keys
+            // (p == 0) still contribute nothing, even over non-finite V.
+#pragma unroll 8
             for (long j = 0; j < nt; ++j) {
                 const float pj = ps[j];
-                if (pj != 0.0f) a += pj * load_f16(AT(v, d, t0 + j, hk, z));
+                const float vj = load_f16(AT(v, d, t0 + j, hk, z));
+                a += pj != 0.0f ? pj * vj : 0.0f;
             }
             acc[i] = a;
         }
