@@ -1,8 +1,10 @@
 //! FLASH_ATTN_EXT lowering choices. GPUs, for the decode shape, get the
 //! split-KV kernel of `fa_split.cl` (one work-group per query, KV chunk and
 //! head; the last group of a query and head merges the chunks, so it is one
-//! launch), so a single token fills the device; everything else uses the
-//! portable, CPU-exact kernel.
+//! launch), so a single token fills the device; for more queries (a prompt)
+//! the tiled kernel of `fa_tile.cl`, whose work-groups share each staged K/V
+//! tile among many query rows. Elsewhere (PoCL by default) the portable,
+//! CPU-exact kernel runs.
 
 use super::lower::grid;
 use super::Binder;
@@ -29,8 +31,11 @@ const FA_WG: usize = 64;
 
 fn chunk(q: &TensorType, k: &TensorType) -> i64 {
     let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
-    let want = ((k.ne[1] * rows).max(0) as u64).div_ceil(TARGET_GROUPS as u64).max(1);
-    want.next_power_of_two().clamp(MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
+    let want = ((k.ne[1] * rows).max(0) as u64)
+        .div_ceil(TARGET_GROUPS as u64)
+        .max(1);
+    want.next_power_of_two()
+        .clamp(MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
 }
 
 fn chunks(q: &TensorType, k: &TensorType) -> i64 {
@@ -154,6 +159,68 @@ pub fn lower_split(
                 Some(t) => a.i32(1)?.ptr(t.mem, t.offset)?,
                 None => a.i32(0)?.ptr(scratch, 0)?,
             };
+            Ok(())
+        },
+    )?);
+    Ok(true)
+}
+
+/// Pushes the tiled launch for GPUs (any query count the split kernel did
+/// not take, which is the prompt shape, or the decode shape when the plan has
+/// no scratch); false leaves the node to the portable kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn lower_tiled(
+    b: &mut Binder,
+    n: &Node,
+    ops: [Operand; 5],
+    has_mask: bool,
+    params: [f32; 6],
+    n_head_log2: u32,
+    out: &mut Vec<Launch>,
+) -> Result<bool> {
+    let g = b.graph;
+    if !fast(b.device.is_gpu) || !matches!(n.op, Op::FlashAttn { .. }) {
+        return Ok(false);
+    }
+    let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+    if tq.dtype != GgmlType::F32 || tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16 {
+        return Ok(false);
+    }
+    let [q, k, v, mask, dst] = ops;
+    let d = q.ne[0].max(v.ne[0]);
+    // (name, query rows per group, work-items): the kernel's own tiling.
+    let (name, rows, wg) = match d {
+        1..=128 => ("kernel_fa_tile_d128", 32, 128),
+        129..=256 => ("kernel_fa_tile_d256", 16, 64),
+        _ => return Ok(false),
+    };
+    // The kernel maps KV heads as h / (n_head / n_head_kv).
+    if k.ne[2] <= 0 || q.ne[2] % k.ne[2] != 0 || q.ne[1] <= 0 {
+        return Ok(false);
+    }
+    let [scale, max_bias, m0, m1, softcap, _] = params;
+    let groups = (q.ne[1] as usize).div_ceil(rows);
+    let heads = (q.ne[2] * q.ne[3]) as usize;
+    out.push(grid(
+        b,
+        "fa_tile",
+        name,
+        [wg, groups, heads],
+        Some([wg, 1, 1]),
+        "flash_attn",
+        |a| {
+            a.tensor(&q)?
+                .tensor(&k)?
+                .tensor(&v)?
+                .tensor(&mask)?
+                .i32(has_mask as i32)?;
+            a.f32(scale)?
+                .f32(max_bias)?
+                .f32(m0)?
+                .f32(m1)?
+                .u32(n_head_log2)?
+                .f32(softcap)?;
+            a.tensor(&dst)?;
             Ok(())
         },
     )?);

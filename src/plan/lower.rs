@@ -408,6 +408,9 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             if super::flash_attn::lower_split(b, id, n, ops, *has_mask, params, n_head_log2, out)? {
                 return Ok(());
             }
+            if super::flash_attn::lower_tiled(b, n, ops, *has_mask, params, n_head_log2, out)? {
+                return Ok(());
+            }
             let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];
             out.push(grid(
                 b,

@@ -43,6 +43,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         &[COMMON, include_str!("kernels/mul_mm_mma.cl")],
     ),
     ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
+    ("fa_tile", &[COMMON, include_str!("kernels/fa_tile.cl")]),
     (
         "fused_norm",
         &[COMMON, include_str!("kernels/fused_norm.cl")],
