@@ -19,6 +19,7 @@
 #define FN_WG 256
 #define FN_QK 32
 #define FN_LOCAL_MAX 8192
+#define FN_BATCH 8
 
 kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(sum),
                                   TENSOR(normed), CTENSOR(w), TENSOR(dst), float eps,
@@ -32,15 +33,24 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
     const long ne0 = dst_ne.s0;
     const int staged = ne0 <= FN_LOCAL_MAX;
 
+    // Loads in batches of FN_BATCH before any store: the stores may alias the
+    // inputs (in place), so the compiler cannot move a later load above an
+    // earlier store, and one-at-a-time loads were a chain of memory latencies.
     float acc = 0.0f;
-    for (long i0 = lid; i0 < ne0; i0 += FN_WG) {
-        float x = load_f32(AT(a, i0, i1, i2, i3));
-        if (has_add) {
-            x += load_f32(AT(b, i0, i1, i2, i3));
-            store_f32(AT(sum, i0, i1, i2, i3), x);
+    for (long base = lid; base < ne0; base += FN_WG * FN_BATCH) {
+        float xs[FN_BATCH];
+        for (int k = 0; k < FN_BATCH; ++k) {
+            const long i0 = min(base + k * FN_WG, ne0 - 1);
+            xs[k] = load_f32(AT(a, i0, i1, i2, i3));
+            if (has_add) xs[k] += load_f32(AT(b, i0, i1, i2, i3));
         }
-        if (staged) row_vals[i0] = x;
-        acc += x * x;
+        for (int k = 0; k < FN_BATCH; ++k) {
+            const long i0 = base + k * FN_WG;
+            if (i0 >= ne0) break;
+            if (has_add) store_f32(AT(sum, i0, i1, i2, i3), xs[k]);
+            if (staged) row_vals[i0] = xs[k];
+            acc += xs[k] * xs[k];
+        }
     }
     red[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -50,17 +60,27 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
     }
     const float scale = 1.0f / sqrt(red[0] / (float)ne0 + eps);
 
-    for (long i0 = lid; i0 < ne0; i0 += FN_WG) {
-        // Unstaged rows re-read the sum, not a: ggml may have placed the sum
-        // in a's memory (an in-place add), which the first pass overwrote.
-        const float x = staged ? row_vals[i0]
-                               : (has_add ? load_f32(AT(sum, i0, i1, i2, i3))
-                                          : load_f32(AT(a, i0, i1, i2, i3)));
-        const float n = x * scale;
-        const float y = n * load_f32(w + w_off + i0 * 4);
-        store_f32(AT(normed, i0, i1, i2, i3), n);
-        store_f32(AT(dst, i0, i1, i2, i3), y);
-        if (staged) row_vals[i0] = y;
+    for (long base = lid; base < ne0; base += FN_WG * FN_BATCH) {
+        float xs[FN_BATCH], ws[FN_BATCH];
+        for (int k = 0; k < FN_BATCH; ++k) {
+            const long i0 = min(base + k * FN_WG, ne0 - 1);
+            // Unstaged rows re-read the sum, not a: ggml may have placed the
+            // sum in a's memory (an in-place add), which the first pass
+            // overwrote.
+            xs[k] = staged ? row_vals[i0]
+                           : (has_add ? load_f32(AT(sum, i0, i1, i2, i3))
+                                      : load_f32(AT(a, i0, i1, i2, i3)));
+            ws[k] = load_f32(w + w_off + i0 * 4);
+        }
+        for (int k = 0; k < FN_BATCH; ++k) {
+            const long i0 = base + k * FN_WG;
+            if (i0 >= ne0) break;
+            const float n = xs[k] * scale;
+            const float y = n * ws[k];
+            store_f32(AT(normed, i0, i1, i2, i3), n);
+            store_f32(AT(dst, i0, i1, i2, i3), y);
+            if (staged) row_vals[i0] = y;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
