@@ -96,7 +96,6 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
     __local float qs[FA_MAX_D];
     __local float ps[FA_TILE];
     __local float red[FA_WG];
-    __local float kdot[FA_TILE * (FA_WG + 1)];
     __local int last;
     const int l = get_local_id(0);
     const long iq = get_group_id(1) / n_chunks;
@@ -113,27 +112,23 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
     for (int i = 0; i < FA_PER; ++i) acc[i] = 0.0f;
     const long kv0 = (long)c * chunk, kv1 = min(kv0 + chunk, n_kv);
     for (long t0 = kv0; t0 < kv1; t0 += FA_TILE) {
-        // Q.K for the tile's keys: work-item l holds dims l, l + FA_WG, ... of
-        // every key (coalesced loads, none depending on another), the partial
-        // sums go through local memory, and work-item l then adds up key l.
-        // (One work-item walking a whole key row was a chain of dependent
-        // loads: the decode kernel's main cost on the H200.)
-#pragma unroll 8
-        for (int j = 0; j < FA_TILE; ++j) {
-            const long jc = min(t0 + j, kv1 - 1);
-            float pd = 0.0f;
-            for (long d = l; d < DK; d += FA_WG) pd += qs[d] * load_f16(AT(k, d, jc, hk, z));
-            kdot[j * (FA_WG + 1) + l] = pd;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
         const long ic = t0 + l;
         float s = -INFINITY;
         if (ic < kv1) {
             float mv = 0.0f;
             if (has_mask) mv = load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3));
             if (mv != -INFINITY) {
+                const __global char *kr = AT(k, 0, ic, hk, z);
                 float dot = 0.0f;
-                for (int t = 0; t < FA_WG; ++t) dot += kdot[l * (FA_WG + 1) + t];
+                if (k_nb.s0 == 2) {
+                    for (long d = 0; d + 1 < DK; d += 2) {
+                        const float2 kk = vload_half2(0, (const __global half *)(kr + d * 2));
+                        dot += qs[d] * kk.x + qs[d + 1] * kk.y;
+                    }
+                    if (DK & 1) dot += qs[DK - 1] * load_f16(kr + (DK - 1) * 2);
+                } else {
+                    for (long d = 0; d < DK; ++d) dot += qs[d] * load_f16(kr + d * k_nb.s0);
+                }
                 s = dot * scale;
                 if (softcap != 0.0f) s = softcap * tanh(s);
                 s += slope * mv;
@@ -151,13 +146,9 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
             const long d = l + i * FA_WG;
             if (d >= DV) break;
             float a = acc[i] * ms;
-            // A select, not a branch, keeps the loop unrollable; masked keys
-            // (p == 0) still contribute nothing, even over non-finite V.
-#pragma unroll 8
             for (long j = 0; j < nt; ++j) {
                 const float pj = ps[j];
-                const float vj = load_f16(AT(v, d, t0 + j, hk, z));
-                a += pj != 0.0f ? pj * vj : 0.0f;
+                if (pj != 0.0f) a += pj * load_f16(AT(v, d, t0 + j, hk, z));
             }
             acc[i] = a;
         }
