@@ -14,15 +14,13 @@ use crate::plan::{cache::PlanCache, Plan};
 use crate::runtime::Device;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub struct BackendCtx {
     pub dev: Arc<Device>,
     pub name: CString,
     pub plans: Mutex<PlanCache>,
-    /// Set when a void entry (synchronize) failed: the next compute reports it.
-    pub failed: AtomicBool,
     /// The device's `failures` count already reported by this backend.
     pub seen_failures: AtomicU64,
 }
@@ -45,7 +43,6 @@ pub unsafe extern "C" fn init_backend(
             dev: dc.dev.clone(),
             name: dc.name.clone(),
             plans: Mutex::new(PlanCache::new(config::get().plan_cache_size)),
-            failed: AtomicBool::new(false),
             seen_failures: AtomicU64::new(dc.dev.failures.load(Ordering::Relaxed)),
         }));
         Box::into_raw(Box::new(ggml_backend {
@@ -222,7 +219,7 @@ unsafe extern "C" fn graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> c_
         };
         let charged = c.dev.failures.load(Ordering::Relaxed);
         let earlier = c.seen_failures.swap(charged, Ordering::Relaxed) != charged;
-        if c.failed.swap(false, Ordering::Relaxed) || earlier {
+        if earlier {
             log::error(&format!(
                 "{}: an earlier operation (transfer, synchronize) failed",
                 c.dev.name
