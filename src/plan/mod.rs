@@ -87,11 +87,6 @@ impl<'g> Binder<'g> {
         })
     }
 
-    /// Whether `v` has a Q8_1 cache slot a kernel could fill (see `q8_target`).
-    pub fn has_q8_target(&self, v: Value) -> bool {
-        self.q8_producers.contains_key(&v)
-    }
-
     /// Keeps `buf` alive with the plan, which drops when it is freed.
     pub fn keep(&mut self, buf: Arc<DeviceBuffer>) {
         self.buffers.insert(buf.base, buf);
