@@ -13,8 +13,7 @@
 //! (backend/optimize.rs) moves the V and K matmuls up to Q's and keeps Q
 //! allocated until rope K, which makes the layers fusable; `memory_safe`
 //! still checks every match. Graph::fuse only fuses runs of members with
-//! views between them, and `memory_safe` also checks any node that would
-//! change sides.
+//! views between them, so no other node changes sides.
 
 use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
 use crate::ir::{Graph, NodeId, Op, Place, RopeParams, Value};
@@ -173,7 +172,7 @@ fn try_match(g: &Graph, users: &[Vec<Vec<usize>>], wk: NodeId) -> Option<Match> 
         inputs.push(rope_k.inputs[2]);
     }
     let members = [rq, rk, wk, wv];
-    if !memory_safe(g, users, &members) {
+    if !memory_safe(g, &members) {
         return None;
     }
     Some(Match {
@@ -222,22 +221,10 @@ fn overlap(a: &[Span], b: &[Span]) -> bool {
         .any(|x| b.iter().any(|y| x.0 == y.0 && x.1 < y.2 && y.1 < x.2))
 }
 
-/// Memory a node reads and writes when it runs; views run nothing.
-fn effects(g: &Graph, i: NodeId) -> (Vec<Span>, Vec<Span>) {
-    let n = &g.nodes[i];
-    if n.op.is_view() {
-        return (Vec::new(), Vec::new());
-    }
-    let reads = n.inputs.iter().filter_map(|&v| span(g, v)).collect();
-    let writes = (0..n.outputs.len() as u32)
-        .filter_map(|p| span(g, Value::new(i, p)))
-        .collect();
-    (reads, writes)
-}
-
-/// Whether running the members as one kernel at the fused node's place reads
-/// and writes what the original order did (see the module comment).
-fn memory_safe(g: &Graph, users: &[Vec<Vec<usize>>], members: &[NodeId; 4]) -> bool {
+/// Whether running the members as one kernel reads and writes what running
+/// them one after the other did (see the module comment). Nodes that compute
+/// between members need no check here: `Graph::fuse` refuses those matches.
+fn memory_safe(g: &Graph, members: &[NodeId; 4]) -> bool {
     let [rq, rk, wk, wv] = *members;
     // Inside the kernel every member runs at once: no member may write what
     // another reads (rope(k) reaches the K write in registers) or writes, and
@@ -272,68 +259,7 @@ fn memory_safe(g: &Graph, users: &[Vec<Vec<usize>>], members: &[NodeId; 4]) -> b
             return false;
         }
     }
-    for &s in &[wk, wv] {
-        let n = &g.nodes[s];
-        let vals: Vec<Span> = span(g, n.inputs[1]).into_iter().collect();
-        if s == wv && overlap(&writes(s), &vals) {
-            return false;
-        }
-    }
-
-    // Nodes between the first and last member change sides: the fused node
-    // runs right after its last input (Graph::fuse's stable order), so a node
-    // runs after it iff it depends on a member or comes after that input.
-    let (lo, hi) = (
-        *members.iter().min().expect("four members"),
-        *members.iter().max().expect("four members"),
-    );
-    let last_input = members
-        .iter()
-        .flat_map(|&m| g.nodes[m].inputs.iter().map(|v| v.node))
-        .filter(|n| !members.contains(n) && !depends_on(g, users, *n, members))
-        .max()
-        .unwrap_or(lo);
-    for x in (lo + 1)..hi {
-        if members.contains(&x) || g.nodes[x].op.is_view() {
-            continue;
-        }
-        let after = x > last_input || depends_on(g, users, x, members);
-        let (xr, xw) = effects(g, x);
-        for &m in members {
-            if (x < m) != after {
-                continue; // same side as before
-            }
-            let (mr, mw) = (reads(m), writes(m));
-            if overlap(&xw, &mr) || overlap(&xw, &mw) || overlap(&xr, &mw) {
-                return false;
-            }
-            // a member's destination input is part of what it writes
-            if g.nodes[m].op == Op::ScatterRows {
-                let d: Vec<Span> = span(g, g.nodes[m].inputs[0]).into_iter().collect();
-                if overlap(&xw, &d) || overlap(&xr, &d) {
-                    return false;
-                }
-            }
-        }
-    }
-    true
-}
-
-/// Whether node `x` is reachable from a member.
-fn depends_on(g: &Graph, users: &[Vec<Vec<usize>>], x: NodeId, members: &[NodeId; 4]) -> bool {
-    let mut seen = vec![false; g.nodes.len()];
-    let mut stack: Vec<NodeId> = members.to_vec();
-    while let Some(i) = stack.pop() {
-        if i == x && !members.contains(&x) {
-            return true;
-        }
-        for port in &users[i] {
-            for &u in port {
-                if !std::mem::replace(&mut seen[u], true) {
-                    stack.push(u);
-                }
-            }
-        }
-    }
-    false
+    // The V write reads its rows from memory, not registers.
+    let v_vals: Vec<Span> = span(g, g.nodes[wv].inputs[1]).into_iter().collect();
+    !overlap(&writes(wv), &v_vals)
 }
