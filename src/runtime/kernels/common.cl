@@ -37,3 +37,46 @@ inline float round_f16(float v) {
     vstore_half_rte(v, 0, (__private half *)&h);
     return vload_half(0, (__private const half *)&h);
 }
+
+// ---------------------------------------------------------------------------
+// Correctly rounded float division. ggml divides with IEEE '/', OpenCL only
+// promises 2.5 ulp unless -cl-fp32-correctly-rounded-divide-sqrt is given.
+// The residual a - q*b is exact (fma) for q within a few ulp of a/b; step to
+// the neighbour while it shrinks |a - q*b|. (An exact tie is impossible.)
+// Here rather than in quant.cl so programs without the quant decoders (the
+// fast attention's Q8_1 copy) make the same bytes as kernel_quantize_q8_1.
+// ---------------------------------------------------------------------------
+inline float qk_div(float a, float b) {
+    float q = a / b;
+    if (!isfinite(q) || q == 0.0f || !isfinite(b)) return q;
+    for (int it = 0; it < 4; ++it) {
+        const float r = fma(-q, b, a);
+        if (r == 0.0f) break;
+        const float dir = ((r > 0.0f) == (b > 0.0f)) ? INFINITY : -INFINITY;
+        const float q2 = nextafter(q, dir);
+        const float r2 = fma(-q2, b, a);
+        if (fabs(r2) < fabs(r)) q = q2; else break;
+    }
+    return q;
+}
+
+// One Q8_1 block (half d, half d * sum(q), int8 q[32]) of 32 floats in local
+// memory, for fast kernels that quantize their own output for the next
+// matmul: d = amax / 127, q = rint(y / d). `blk` is 4-byte aligned (36-byte
+// blocks from a 128-aligned scratch offset).
+inline void store_q8_1_block(__local const float *y, __global char *blk) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = fmax(amax, fabs(y[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int qsum = 0;
+    for (int j = 0; j < 32; j += 4) {
+        const int q0 = (int)rint(y[j] * id), q1 = (int)rint(y[j + 1] * id);
+        const int q2 = (int)rint(y[j + 2] * id), q3 = (int)rint(y[j + 3] * id);
+        qsum += q0 + q1 + q2 + q3;
+        *(__global int *)(blk + 4 + j) =
+            (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
+    }
+    store_f16(blk, d);
+    store_f16(blk + 2, d * (float)qsum);
+}

@@ -68,22 +68,6 @@ inline void fa_global_fence(void) {
 #endif
 }
 
-// Correctly rounded float division, as qk_div in quant.cl (not part of this
-// program): the Q8_1 copy must match kernel_quantize_q8_1's bytes.
-inline float fa_div(float a, float b) {
-    float q = a / b;
-    if (!isfinite(q) || q == 0.0f || !isfinite(b)) return q;
-    for (int it = 0; it < 4; ++it) {
-        const float r = fma(-q, b, a);
-        if (r == 0.0f) break;
-        const float dir = ((r > 0.0f) == (b > 0.0f)) ? INFINITY : -INFINITY;
-        const float q2 = nextafter(q, dir);
-        const float r2 = fma(-q2, b, a);
-        if (fabs(r2) < fabs(r)) q = q2; else break;
-    }
-    return q;
-}
-
 // global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
 // blocks in dst's element order, which the caller checked is contiguous F32
@@ -211,8 +195,8 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
         const __local float *x = outs + l * FA_QK8_1;
         float amax = 0.0f;
         for (int j = 0; j < FA_QK8_1; ++j) amax = fmax(amax, fabs(x[j]));
-        const float d = fa_div(amax, 127.0f);
-        const float id = (amax != 0.0f) ? fa_div(127.0f, amax) : 0.0f;
+        const float d = qk_div(amax, 127.0f);
+        const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
         uint sum = 0;
         for (int j = 0; j < FA_QK8_1; ++j) {
             const float vq = rint(x[j] * id);

@@ -89,23 +89,7 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
         const long units = ne0 / FN_QK;
         const long row = i1 + dst_ne.s1 * (i2 + dst_ne.s2 * i3);
         for (long u = lid; u < units; u += FN_WG) {
-            __local const float *yb = row_vals + u * FN_QK;
-            float amax = 0.0f;
-            for (int j = 0; j < FN_QK; ++j) amax = fmax(amax, fabs(yb[j]));
-            const float d = amax / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
-            // Blocks are 36 bytes from a 128-aligned offset: 4-byte aligned.
-            __global char *blk = q8 + q8_off + (row * units + u) * 36;
-            int qsum = 0;
-            for (int j = 0; j < FN_QK; j += 4) {
-                const int q0 = (int)rint(yb[j] * id), q1 = (int)rint(yb[j + 1] * id);
-                const int q2 = (int)rint(yb[j + 2] * id), q3 = (int)rint(yb[j + 3] * id);
-                qsum += q0 + q1 + q2 + q3;
-                *(__global int *)(blk + 4 + j) =
-                    (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
-            }
-            store_f16(blk, d);
-            store_f16(blk + 2, d * (float)qsum);
+            store_q8_1_block(row_vals + u * FN_QK, q8 + q8_off + (row * units + u) * 36);
         }
     }
 }

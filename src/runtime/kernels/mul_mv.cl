@@ -263,20 +263,7 @@ kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_o
     }                                                                                       \
     barrier(CLK_LOCAL_MEM_FENCE);                                                           \
     if (has_q8 && lid < GLU_ROWS / 32) {                                                    \
-        __local const float *yb = ly + lid * 32;                                            \
-        float amax = 0.0f;                                                                  \
-        for (int j = 0; j < 32; ++j) amax = fmax(amax, fabs(yb[j]));                        \
-        const float dd = amax / 127.0f;                                                     \
-        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;                                     \
-        __global char *blk = q8 + q8_off + (base / 32 + lid) * Q8_1_BLOCK;                   \
-        int qsum = 0;                                                                       \
-        for (int j = 0; j < 32; ++j) {                                                      \
-            const int q = (int)rint(yb[j] * id);                                            \
-            blk[4 + j] = (char)q;                                                           \
-            qsum += q;                                                                      \
-        }                                                                                   \
-        store_f16(blk, dd);                                                                 \
-        store_f16(blk + 2, dd * (float)qsum);                                               \
+        store_q8_1_block(ly + lid * 32, q8 + q8_off + (base / 32 + lid) * Q8_1_BLOCK);      \
     }                                                                                       \
 }
 

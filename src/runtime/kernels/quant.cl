@@ -55,26 +55,6 @@ inline void qk_store_f32(__global char *p, float v) {
 }
 inline void qk_store_i16(__global char *p, int v) { *(__global short *)p = (short)v; }
 
-// ---------------------------------------------------------------------------
-// Correctly rounded float division. ggml divides with IEEE '/', OpenCL only
-// promises 2.5 ulp unless -cl-fp32-correctly-rounded-divide-sqrt is given.
-// The residual a - q*b is exact (fma) for q within a few ulp of a/b; step to
-// the neighbour while it shrinks |a - q*b|. (An exact tie is impossible.)
-// ---------------------------------------------------------------------------
-inline float qk_div(float a, float b) {
-    float q = a / b;
-    if (!isfinite(q) || q == 0.0f || !isfinite(b)) return q;
-    for (int it = 0; it < 4; ++it) {
-        const float r = fma(-q, b, a);
-        if (r == 0.0f) break;
-        const float dir = ((r > 0.0f) == (b > 0.0f)) ? INFINITY : -INFINITY;
-        const float q2 = nextafter(q, dir);
-        const float r2 = fma(-q2, b, a);
-        if (fabs(r2) < fabs(r)) q = q2; else break;
-    }
-    return q;
-}
-
 // ggml's horizontal sum of one __m256 (hsum_float_8 in arch/x86/quants.c,
 // hsum(__m256) in llamafile/sgemm.cpp): ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)).
 inline float qk_hsum8(float x0, float x1, float x2, float x3,
