@@ -88,9 +88,9 @@ profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches an
     POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
       -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
   done
-  for f in 1000 16 4; do
-    echo "== POLYCL_FLUSH_EVERY=$f"
-    POLYCL_FLUSH_EVERY=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 \
+  for f in 1 4 8; do
+    echo "== POLYCL_MV_UNROLL=$f"
+    POLYCL_MV_UNROLL=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 \
       -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
   done
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \

@@ -11,6 +11,7 @@
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
+//! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
@@ -33,6 +34,8 @@ pub struct Config {
     pub mma: Option<bool>,
     /// Launches between queue flushes in a graph compute (`POLYCL_FLUSH_EVERY`).
     pub flush_every: usize,
+    /// Loop unroll of the decode matvecs' block loop (`POLYCL_MV_UNROLL`).
+    pub mv_unroll: u32,
     /// GPU time per kernel in the log (`POLYCL_PROFILE`).
     pub profile: bool,
     pub program_cache_dir: Option<std::path::PathBuf>,
@@ -50,6 +53,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         q8_cache: 1,
         fuse: true,
         flush_every: 16,
+        mv_unroll: 4,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -122,6 +126,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if n > 0 => c.flush_every = n,
             _ => c.problems.push(format!(
                 "POLYCL_FLUSH_EVERY={v:?}: expected a positive integer; using 16"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_MV_UNROLL") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=16).contains(&n) => c.mv_unroll = n,
+            _ => c.problems.push(format!(
+                "POLYCL_MV_UNROLL={v:?}: expected an integer from 1 to 16; using 4"
             )),
         }
     }

@@ -4,12 +4,14 @@
 //! moves matmuls that read the same activation next to each other (llama
 //! emits Q, rope(Q), V, K, rope(K)), so the fusion passes find Q/K/V and
 //! then rope(Q), rope(K) and the cache writes as runs of adjacent nodes, and
-//! asks the allocator to keep Q alive until K's rope (`keep_rope_inputs`).
+//! asks the allocator to keep Q alive until K's rope (`keep_rope_inputs`) and
+//! a residual add's inputs alive until the norm that follows has run
+//! (`keep_norm_inputs`).
 
 use super::stream::ours;
 use crate::capi::boundary::guard;
 use crate::ggml::abi::*;
-use crate::ggml::ops::{OP_MUL_MAT, OP_ROPE};
+use crate::ggml::ops::{OP_ADD, OP_MUL, OP_MUL_MAT, OP_RMS_NORM, OP_ROPE};
 
 /// How far ahead a sibling matmul is looked for.
 const WINDOW: usize = 24;
@@ -128,6 +130,53 @@ unsafe fn keep_rope_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_opti
     }
 }
 
+/// Keeps both inputs of a residual add that feeds an RMS norm allocated until
+/// the norm's weight multiply: then the allocator places neither the sum (in
+/// place) nor the norm's outputs in their memory, and the fused norm may
+/// spread a row over several work-groups, each of which reads the whole row
+/// of both inputs (`kernel_fused_rms_norm_wide`). It costs one activation
+/// row of compute memory.
+///
+/// # Safety
+/// `g` is a valid cgraph with non-NULL nodes; `params` is NULL or ggml's
+/// parameters.
+unsafe fn keep_norm_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_optimize_params) {
+    if params.is_null() || g.nodes.is_null() {
+        return;
+    }
+    // SAFETY: non-NULL; ggml's parameters for this call.
+    let p = unsafe { &*params };
+    let Some(add) = p.add_alloc_dep else {
+        return;
+    };
+    let n = g.n_nodes.max(0) as usize;
+    // SAFETY: nodes holds n_nodes non-NULL entries (checked by the caller).
+    let nodes = unsafe { std::slice::from_raw_parts(g.nodes, n) };
+    for i in 0..n {
+        // SAFETY: valid nodes; srcs are NULL or valid tensors.
+        let norm = unsafe { &*nodes[i] };
+        if norm.op != OP_RMS_NORM || norm.src[0].is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        let sum = unsafe { &*norm.src[0] };
+        if sum.op != OP_ADD || sum.src[0].is_null() || sum.src[1].is_null() {
+            continue;
+        }
+        let mul = (i + 1..n.min(i + 1 + WINDOW)).find(|&j| {
+            // SAFETY: as above.
+            let t = unsafe { &*nodes[j] };
+            t.op == OP_MUL && (std::ptr::eq(t.src[0], nodes[i]) || std::ptr::eq(t.src[1], nodes[i]))
+        });
+        let until = nodes[mul.unwrap_or(i)];
+        for src in [sum.src[0], sum.src[1]] {
+            // SAFETY: ggml's callback with its user data; both tensors belong
+            // to the graph (`until` is one of its nodes).
+            unsafe { add(p.user_data, root(src) as *mut ggml_tensor, until) };
+        }
+    }
+}
+
 /// # Safety
 /// ggml passes its backend and a split's graph.
 pub unsafe extern "C" fn graph_optimize(
@@ -152,6 +201,7 @@ pub unsafe extern "C" fn graph_optimize(
                 && (0..g.n_nodes.max(0) as usize).all(|i| !(*g.nodes.add(i)).is_null())
             {
                 keep_rope_inputs(g, params);
+                keep_norm_inputs(g, params);
             }
         }
     })

@@ -23,11 +23,13 @@ use std::ffi::c_void;
 /// gives the device about TARGET_GROUPS work-groups (a 7B model's 32 heads at
 /// 256 positions would otherwise be 32 groups on a 132-SM GPU).
 const MAX_CHUNK: i64 = 256;
-const MIN_CHUNK: i64 = 64;
+const MIN_CHUNK: i64 = 32;
 const TARGET_GROUPS: i64 = 256;
 /// Queries per graph node up to which the split kernel is used.
 const MAX_SPLIT_QUERIES: i64 = 8;
 const FA_WG: usize = 64;
+/// Work-items of `kernel_fa_vec` (FV_WG): four warps.
+const FV_WG: usize = 128;
 
 fn chunk(q: &TensorType, k: &TensorType) -> i64 {
     let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
@@ -130,13 +132,18 @@ pub fn lower_split(
         None
     };
     let heads = (q.ne[2] * q.ne[3]) as usize;
-    let global = [FA_WG, (q.ne[1] * n_chunks) as usize, heads];
+    let (name, wg) = if vec_applies(tk, tv, &k, &v) {
+        ("kernel_fa_vec", FV_WG)
+    } else {
+        ("kernel_fa_split", FA_WG)
+    };
+    let global = [wg, (q.ne[1] * n_chunks) as usize, heads];
     out.push(grid(
         b,
         "fa_split",
-        "kernel_fa_split",
+        name,
         global,
-        Some([FA_WG, 1, 1]),
+        Some([wg, 1, 1]),
         "flash_attn",
         |a| {
             a.tensor(&q)?
@@ -163,6 +170,21 @@ pub fn lower_split(
         },
     )?);
     Ok(true)
+}
+
+/// Whether `kernel_fa_vec` can read K and V: F16 rows whose every 4-element
+/// group starts 8-byte aligned (it loads them as one 8-byte word), and head
+/// sizes it holds in registers.
+fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bool {
+    let rows_ok = |t: &TensorType, o: &Operand| {
+        t.dtype == GgmlType::F16
+            && o.nb[0] == 2
+            && o.ne[0] % 4 == 0
+            && o.ne[0] <= 256
+            && o.offset.is_multiple_of(8)
+            && o.nb[1..].iter().all(|s| s.is_multiple_of(8))
+    };
+    rows_ok(tk, k) && rows_ok(tv, v)
 }
 
 /// Pushes the tiled launch for GPUs (any query count the split kernel did

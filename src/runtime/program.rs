@@ -62,10 +62,11 @@ pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program
         Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
     // Vendor-specific code paths (inline PTX) are chosen per device here, at
     // run time, never when polycl is compiled.
+    let unroll = crate::config::get().mv_unroll;
     let options = if device.is_nvidia {
-        format!("{BUILD_OPTIONS} -DPOLYCL_NVIDIA=1")
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} -DPOLYCL_NVIDIA=1")
     } else {
-        BUILD_OPTIONS.to_string()
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll}")
     };
     if let Some(cached) = super::binary_cache::load(device, source, &options) {
         return Ok(cached);

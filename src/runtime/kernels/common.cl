@@ -80,3 +80,55 @@ inline void store_q8_1_block(__local const float *y, __global char *blk) {
     store_f16(blk, d);
     store_f16(blk + 2, d * (float)qsum);
 }
+
+// ---------------------------------------------------------------------------
+// Sum and max over a warp: the 32 work-items 32w..32w+31 of a work-group.
+// Every work-item gets the result. NVIDIA: shuffles in inline PTX. Elsewhere:
+// `scratch` (this warp's 32 floats, indexed by lane) and group barriers, so
+// every work-item of the group must make the call together.
+// ---------------------------------------------------------------------------
+#ifdef POLYCL_NVIDIA
+inline float warp_sum(float v, __local float *scratch) {
+    (void)scratch;
+    for (int m = 16; m >= 1; m >>= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+        v += o;
+    }
+    return v;
+}
+inline float warp_max(float v, __local float *scratch) {
+    (void)scratch;
+    for (int m = 16; m >= 1; m >>= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+        v = fmax(v, o);
+    }
+    return v;
+}
+#else
+inline float warp_sum(float v, __local float *scratch) {
+    const int lane = get_local_id(0) % 32;
+    scratch[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 16; s > 0; s >>= 1) {
+        if (lane < s) scratch[lane] += scratch[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+inline float warp_max(float v, __local float *scratch) {
+    const int lane = get_local_id(0) % 32;
+    scratch[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 16; s > 0; s >>= 1) {
+        if (lane < s) scratch[lane] = fmax(scratch[lane], scratch[lane + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+#endif

@@ -68,6 +68,72 @@ inline void fa_global_fence(void) {
 #endif
 }
 
+// Publishes this group's chunk, counts it on the (query, head) counter, and
+// lets the last group to arrive merge every chunk into dst (and its Q8_1
+// copy). Called by every work-item of the group; `outs` is local memory of
+// at least DV floats that is no longer read.
+inline void fa_publish_merge(__global float *part, ulong part_off, __global uint *cnt,
+                             ulong cnt_off, long row, int n_chunks, long DV, long h, long iq,
+                             long z, TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                             __local float *outs, __local int *last, int wg) {
+    const int l = get_local_id(0);
+    // Publish, count, and let the last group of this (query, head) merge. No
+    // return before the barriers (PoCL 3.1 miscompiles that); `last` is
+    // uniform over the group.
+    fa_global_fence();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
+    if (l == 0) *last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int merge = *last;
+    if (merge) {
+        fa_global_fence();
+        const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
+        float Mx = -INFINITY;
+        for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
+        float Sx = 0.0f;
+        for (int cc = 0; cc < n_chunks; ++cc) {
+            const float mc = p[cc * (DV + 2)];
+            if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
+        }
+        const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
+        for (long d = l; d < DV; d += wg) {
+            float a = 0.0f;
+            for (int cc = 0; cc < n_chunks; ++cc) {
+                const float mc = p[cc * (DV + 2)];
+                if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
+            }
+            const float r = a * inv;
+            store_f32(AT(dst, d, h, iq, z), r);
+            if (has_q8) outs[d] = r;
+        }
+        // Every group of this (query, head) has counted, so nobody else
+        // touches the counter in this launch; the next launch sees 0.
+        if (l == 0) atomic_xchg(ctr, 0u);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // One Q8_1 block (36 bytes) per work-item, exactly as kernel_quantize_q8_1.
+    if (merge && has_q8 && l < DV / FA_QK8_1) {
+        // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
+        const long blk = (DV / FA_QK8_1) * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + l;
+        __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
+        const __local float *x = outs + l * FA_QK8_1;
+        float amax = 0.0f;
+        for (int j = 0; j < FA_QK8_1; ++j) amax = fmax(amax, fabs(x[j]));
+        const float d = qk_div(amax, 127.0f);
+        const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
+        uint sum = 0;
+        for (int j = 0; j < FA_QK8_1; ++j) {
+            const float vq = rint(x[j] * id);
+            const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
+            sum += (uint)qi;
+            y[4 + j] = (char)clamp(qi, -128, 127);
+        }
+        store_f16(y, d);
+        store_f16(y + 2, d * (float)(int)sum);
+    }
+}
+
 // global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
 // blocks in dst's element order, which the caller checked is contiguous F32
@@ -149,62 +215,157 @@ kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), i
         if (d < DV) o[2 + d] = acc[i];
     }
 
-    // Publish, count, and let the last group of this (query, head) merge. No
-    // return before the barriers (PoCL 3.1 miscompiles that); `last` is
-    // uniform over the group.
-    fa_global_fence();
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
-    if (l == 0) last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
+                     dst_ne, dst_nb, has_q8, q8, q8_off, qs, &last, FA_WG);
+}
+
+// The warp-cooperative decode kernel: same arguments, grid {FV_WG, n_q *
+// n_chunks, n_head * ne3}, local {FV_WG, 1, 1}. A warp owns whole keys and
+// values: lane i holds dims 4i..4i+3 (+128 per slot) of q and of the
+// accumulator, so a key or value row is one 8-byte load per lane, coalesced
+// across the warp, and a score is a warp sum. Each warp keeps FV_KB rows in
+// flight (independent loads, no dependent chains), where kernel_fa_split
+// walks a whole row per work-item. The host picks it for F16 K/V with 8-byte
+// aligned rows, D <= 256 and D % 4 == 0, with a chunk of at most FV_MAX_CHUNK.
+#define FV_WARPS 4
+#define FV_WG (FV_WARPS * 32)
+#define FV_KB 8
+#define FV_SLOTS (FA_MAX_D / 128)
+#define FV_MAX_CHUNK 256
+
+// Four halves from an 8-byte aligned address, as one load.
+inline float4 fv_load4(const __global char *p) {
+    const uint2 u = *(const __global uint2 *)p;
+    return vload_half4(0, (const __private half *)&u);
+}
+
+inline float fv_group_reduce(float v, int is_max, __local float *red, __local float *warps) {
+    const int l = get_local_id(0);
+    const float w = is_max ? warp_max(v, red + (l / 32) * 32) : warp_sum(v, red + (l / 32) * 32);
+    if (l % 32 == 0) warps[l / 32] = w;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int merge = last;
-    // qs (FA_MAX_D floats, no longer read) holds the merged row for the Q8_1
-    // blocks, which span 32 elements that other work-items computed.
-    __local float *outs = qs;
-    if (merge) {
-        fa_global_fence();
-        const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
-        float Mx = -INFINITY;
-        for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
-        float Sx = 0.0f;
-        for (int cc = 0; cc < n_chunks; ++cc) {
-            const float mc = p[cc * (DV + 2)];
-            if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
+    float r = warps[0];
+    for (int i = 1; i < FV_WARPS; ++i) r = is_max ? fmax(r, warps[i]) : r + warps[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+kernel void kernel_fa_vec(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
+                          __global float *part, ulong part_off, __global uint *cnt,
+                          ulong cnt_off, int chunk, int n_chunks, float scale, float max_bias,
+                          float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
+                          int has_q8, __global char *q8, ulong q8_off) {
+    __local float ps[FV_MAX_CHUNK];
+    __local float red[FV_WG];
+    __local float warps[FV_WARPS];
+    __local float accs[FV_WARPS * FA_MAX_D];
+    __local int last;
+    const int l = get_local_id(0);
+    const int lane = l % 32, warp = l / 32;
+    __local float *wred = red + warp * 32;
+    const long iq = get_group_id(1) / n_chunks;
+    const int c = get_group_id(1) % n_chunks;
+    const long hz = get_group_id(2);
+    const long h = hz % q_ne.s2, z = hz / q_ne.s2;
+    const long hk = h / (q_ne.s2 / k_ne.s2);
+    const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;
+    const float slope = fa_slope((uint)h, max_bias, m0, m1, n_head_log2);
+
+    float4 qv[FV_SLOTS];
+    for (int i = 0; i < FV_SLOTS; ++i) {
+        const long d = 4 * lane + 128 * i;
+        qv[i] = (float4)(0.0f);
+        if (d < DK) {
+            const __global char *qp = AT(q, d, iq, h, z);
+            qv[i] = (float4)(load_f32(qp), load_f32(qp + q_nb.s0), load_f32(qp + 2 * q_nb.s0),
+                             load_f32(qp + 3 * q_nb.s0));
         }
-        const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
-        for (long d = l; d < DV; d += FA_WG) {
+    }
+    const long kv0 = (long)c * chunk;
+    const int nk = (int)min((long)chunk, n_kv - kv0);
+
+    // Scores: warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step. Rows
+    // past the chunk re-read its last row (in bounds, no branch around the
+    // loads) and are dropped.
+    for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
+        float dots[FV_KB], mvs[FV_KB];
+#pragma unroll
+        for (int kb = 0; kb < FV_KB; ++kb) {
+            const long ic = kv0 + min(t0 + warp * FV_KB + kb, nk - 1);
+            mvs[kb] = has_mask ? load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3)) : 0.0f;
+            const __global char *kr = AT(k, 0, ic, hk, z);
             float a = 0.0f;
-            for (int cc = 0; cc < n_chunks; ++cc) {
-                const float mc = p[cc * (DV + 2)];
-                if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
+#pragma unroll
+            for (int i = 0; i < FV_SLOTS; ++i) {
+                const long d = 4 * lane + 128 * i;
+                if (d < DK) a += dot(qv[i], fv_load4(kr + d * 2));
             }
-            const float r = a * inv;
-            store_f32(AT(dst, d, h, iq, z), r);
-            if (has_q8) outs[d] = r;
+            dots[kb] = a;
         }
-        // Every group of this (query, head) has counted, so nobody else
-        // touches the counter in this launch; the next launch sees 0.
-        if (l == 0) atomic_xchg(ctr, 0u);
+#pragma unroll
+        for (int kb = 0; kb < FV_KB; ++kb) {
+            const float dsum = warp_sum(dots[kb], wred);
+            const int j = t0 + warp * FV_KB + kb;
+            if (lane == 0 && j < nk) {
+                const float mv = mvs[kb];
+                float s = dsum * scale;
+                if (softcap != 0.0f) s = softcap * tanh(s);
+                s += slope * mv;
+                ps[j] = mv == -INFINITY ? -INFINITY : s;
+            }
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // One Q8_1 block (36 bytes) per work-item, exactly as kernel_quantize_q8_1.
-    if (merge && has_q8 && l < DV / FA_QK8_1) {
-        // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
-        const long blk = (DV / FA_QK8_1) * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + l;
-        __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
-        const __local float *x = outs + l * FA_QK8_1;
-        float amax = 0.0f;
-        for (int j = 0; j < FA_QK8_1; ++j) amax = fmax(amax, fabs(x[j]));
-        const float d = qk_div(amax, 127.0f);
-        const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
-        uint sum = 0;
-        for (int j = 0; j < FA_QK8_1; ++j) {
-            const float vq = rint(x[j] * id);
-            const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
-            sum += (uint)qi;
-            y[4 + j] = (char)clamp(qi, -128, 127);
-        }
-        store_f16(y, d);
-        store_f16(y + 2, d * (float)(int)sum);
+
+    float mloc = -INFINITY;
+    for (int j = l; j < nk; j += FV_WG) mloc = fmax(mloc, ps[j]);
+    const float M = fv_group_reduce(mloc, 1, red, warps);
+    float sloc = 0.0f;
+    for (int j = l; j < nk; j += FV_WG) {
+        const float p = ps[j] == -INFINITY ? 0.0f : exp(ps[j] - M);
+        ps[j] = p;
+        sloc += p;
     }
+    const float S = fv_group_reduce(sloc, 0, red, warps);
+
+    // Values: the same key split over warps; each lane accumulates its dims.
+    float4 acc[FV_SLOTS];
+    for (int i = 0; i < FV_SLOTS; ++i) acc[i] = (float4)(0.0f);
+    for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
+#pragma unroll
+        for (int kb = 0; kb < FV_KB; ++kb) {
+            const int j = t0 + warp * FV_KB + kb;
+            const long ic = kv0 + min(j, nk - 1);
+            const float p = j < nk ? ps[j] : 0.0f;
+            const __global char *vr = AT(v, 0, ic, hk, z);
+#pragma unroll
+            for (int i = 0; i < FV_SLOTS; ++i) {
+                const long d = 4 * lane + 128 * i;
+                // A masked row may hold anything (the CPU backend never
+                // reads it): p == 0 must not turn a NaN or inf into the sum.
+                if (d < DV) acc[i] += p != 0.0f ? p * fv_load4(vr + d * 2) : (float4)(0.0f);
+            }
+        }
+    }
+    for (int i = 0; i < FV_SLOTS; ++i) {
+        const long d = 4 * lane + 128 * i;
+        if (d < DV) vstore4(acc[i], 0, accs + warp * FA_MAX_D + d);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    const long row = hz * q_ne.s1 + iq;
+    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
+    if (l == 0) {
+        o[0] = M;
+        o[1] = S;
+    }
+    for (long d = l; d < DV; d += FV_WG) {
+        float a = 0.0f;
+        for (int w = 0; w < FV_WARPS; ++w) a += accs[w * FA_MAX_D + d];
+        o[2 + d] = a;
+    }
+    // accs[0..DV) is read above by other work-items: the barrier inside the
+    // helper comes before it writes `outs`.
+    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
+                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, &last, FV_WG);
 }

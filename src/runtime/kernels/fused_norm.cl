@@ -93,3 +93,83 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
         }
     }
 }
+
+// The same node over several work-groups per row, for rows whose outputs
+// share no memory with the inputs a and b (the host checks): work-group g
+// writes elements [g*FW_WG, (g+1)*FW_WG) and the Q8_1 blocks among them, and
+// sums the squares of the whole row itself (a few microseconds of L2 reads,
+// where one work-group per row left the GPU idle behind one chain of loads).
+// Other groups read every element of a and b, which is why no output may
+// alias them.
+//
+// global {FW_WG * ceil(ne0 / FW_WG), ne1, ne2*ne3}, local {FW_WG, 1, 1}.
+#define FW_WG 256
+#define FW_WARPS (FW_WG / 32)
+
+kernel void kernel_fused_rms_norm_wide(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(sum),
+                                       TENSOR(normed), CTENSOR(w), TENSOR(dst), float eps,
+                                       __global char *q8, ulong q8_off, int has_q8) {
+    __local float red[FW_WG];
+    __local float warps[FW_WARPS];
+    const int lid = get_local_id(0);
+    const int lane = lid % 32, warp = lid / 32;
+    const long i1 = get_group_id(1);
+    const long i2 = get_group_id(2) % dst_ne.s2;
+    const long i3 = get_group_id(2) / dst_ne.s2;
+    const long ne0 = dst_ne.s0;
+    const long e = get_group_id(0) * FW_WG + lid;
+    const int own = e < ne0;
+    const long ec = own ? e : ne0 - 1;
+
+    // This work-item's element and weight go out with the row's loads.
+    float x = load_f32(AT(a, ec, i1, i2, i3));
+    if (has_add) x += load_f32(AT(b, ec, i1, i2, i3));
+    const float wv = load_f32(w + w_off + ec * 4);
+    float acc = 0.0f;
+    for (long base = lid; base < ne0; base += FW_WG * FN_BATCH) {
+        float xs[FN_BATCH];
+#pragma unroll
+        for (int k = 0; k < FN_BATCH; ++k) {
+            const long i0 = min(base + k * FW_WG, ne0 - 1);
+            xs[k] = load_f32(AT(a, i0, i1, i2, i3));
+            if (has_add) xs[k] += load_f32(AT(b, i0, i1, i2, i3));
+        }
+#pragma unroll
+        for (int k = 0; k < FN_BATCH; ++k) {
+            if (base + k * FW_WG < ne0) acc += xs[k] * xs[k];
+        }
+    }
+    const float ws = warp_sum(acc, red + warp * 32);
+    if (lane == 0) warps[warp] = ws;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float total = 0.0f;
+    for (int i = 0; i < FW_WARPS; ++i) total += warps[i];
+    const float scale = 1.0f / sqrt(total / (float)ne0 + eps);
+
+    const float n = x * scale;
+    const float y = n * wv;
+    if (own) {
+        if (has_add) store_f32(AT(sum, e, i1, i2, i3), x);
+        store_f32(AT(normed, e, i1, i2, i3), n);
+        store_f32(AT(dst, e, i1, i2, i3), y);
+    }
+    // One Q8_1 block per warp, the same bytes as store_q8_1_block: d =
+    // amax / 127, q = rint(y / d); the sum of q is exact in float.
+    if (has_q8) {
+        const float amax = warp_max(own ? fabs(y) : 0.0f, red + warp * 32);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const int qi = (int)rint(y * id);
+        const float qsum = warp_sum(own ? (float)qi : 0.0f, red + warp * 32);
+        if (own) {
+            const long units = ne0 / FN_QK;
+            const long row = i1 + dst_ne.s1 * (i2 + dst_ne.s2 * i3);
+            __global char *blk = q8 + q8_off + (row * units + e / FN_QK) * 36;
+            blk[4 + lane] = (char)qi;
+            if (lane == 0) {
+                store_f16(blk, d);
+                store_f16(blk + 2, d * qsum);
+            }
+        }
+    }
+}

@@ -15,6 +15,13 @@
 #define MV_ROWS 4
 #define QK 32
 #define Q8_1_BLOCK 36
+// MV_UNROLL (a build option from POLYCL_MV_UNROLL): blocks per lane in flight.
+#ifndef MV_UNROLL
+#define MV_UNROLL 4
+#endif
+#define MV_PRAGMA(x) _Pragma(#x)
+#define MV_UNROLL_PRAGMA_(n) MV_PRAGMA(unroll n)
+#define MV_UNROLL_PRAGMA(n) MV_UNROLL_PRAGMA_(n)
 
 #ifdef POLYCL_NVIDIA
 inline int dot4(int a, int b, int c) {
@@ -22,34 +29,11 @@ inline int dot4(int a, int b, int c) {
     asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
-inline float lane_sum(float v, __local float *scratch) {
-    (void)scratch;
-    for (int m = 16; m >= 1; m >>= 1) {
-        float o;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
-        v += o;
-    }
-    return v;
-}
 #else
 inline int dot4(int a, int b, int c) {
     const char4 x = as_char4(a);
     const char4 y = as_char4(b);
     return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-}
-// Sum over the 32 lanes of this row group through local memory; every lane
-// gets the total. `scratch` holds MV_LANES floats per row group.
-inline float lane_sum(float v, __local float *scratch) {
-    const int lane = get_local_id(0) % MV_LANES;
-    scratch[lane] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = MV_LANES / 2; s > 0; s >>= 1) {
-        if (lane < s) scratch[lane] += scratch[lane + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
 }
 #endif
 
@@ -78,7 +62,7 @@ inline int load_i32_a2(const __global char *p) {
     const long nblocks = w_ne.s0 / QK;
 
 #define MV_EPILOGUE                                                                   \
-    const float total = lane_sum(sum, scratch);                                       \
+    const float total = warp_sum(sum, scratch);                                       \
     if (live && lane == 0) store_f32(AT(dst, i01, i11, i12, i13), total);
 
 // One lane's share of two rows' dot products with one activation row (the
@@ -88,7 +72,7 @@ inline int load_i32_a2(const __global char *p) {
 inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
-#pragma unroll 2
+MV_UNROLL_PRAGMA(MV_UNROLL)
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *ab = arow + ib * Q8_1_BLOCK;
         const float da = vload_half(0, (const __global half *)ab);
@@ -121,7 +105,7 @@ inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
 inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
-#pragma unroll 2
+MV_UNROLL_PRAGMA(MV_UNROLL)
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *ab = arow + ib * Q8_1_BLOCK;
         const float da = vload_half(0, (const __global half *)ab);
@@ -168,8 +152,8 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
     const __global char *arow = act + act_off + i11 * act_nb.s1 + i12 * act_nb.s2 +         \
                                 i13 * act_nb.s3;                                            \
     const float2 s = ROWDOT2(w0, w1, arow, w_ne.s0 / QK, lane);                             \
-    const float t0 = lane_sum(s.x, scratch);                                                \
-    const float t1 = lane_sum(s.y, scratch);                                                \
+    const float t0 = warp_sum(s.x, scratch);                                                \
+    const float t1 = warp_sum(s.y, scratch);                                                \
     if (lane == 0) {                                                                        \
         if (live0) store_f32(AT(dst, i01, i11, i12, i13), t0);                              \
         if (live1) store_f32(AT(dst, i01 + 1, i11, i12, i13), t1);                          \
@@ -205,8 +189,8 @@ kernel void NAME(CTENSOR(w0), CTENSOR(w1), CTENSOR(w2), __global const char *act
     const bool live0 = r < rows, live1 = r + 1 < rows;                                      \
     const float2 s = ROWDOT2(w + (live0 ? r : 0) * w_nb1, w + (live1 ? r + 1 : 0) * w_nb1,  \
                              act + act_off, w0_ne.s0 / QK, lane);                           \
-    const float t0 = lane_sum(s.x, scratch);                                                \
-    const float t1 = lane_sum(s.y, scratch);                                                \
+    const float t0 = warp_sum(s.x, scratch);                                                \
+    const float t1 = warp_sum(s.y, scratch);                                                \
     if (lane == 0) {                                                                        \
         if (live0) store_f32(d + r * 4, t0);                                                \
         if (live1) store_f32(d + (r + 1) * 4, t1);                                          \
@@ -242,8 +226,8 @@ kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_o
         const long r = min(base + t, rows - 1);                                             \
         const float2 gu = ROWDOT2(wg + wg_off + r * wg_nb.s1, wu + wu_off + r * wu_nb.s1,   \
                                   arow, nblocks, lane);                                     \
-        const float g = lane_sum(gu.x, scratch);                                            \
-        const float u = lane_sum(gu.y, scratch);                                            \
+        const float g = warp_sum(gu.x, scratch);                                            \
+        const float u = warp_sum(gu.y, scratch);                                            \
         if (lane == 0) {                                                                    \
             lg[t] = g;                                                                      \
             lu[t] = u;                                                                      \
