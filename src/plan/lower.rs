@@ -28,13 +28,16 @@ pub(super) fn flat(
     bind: impl FnOnce(&mut ArgBinder) -> Result<()>,
 ) -> Result<Launch> {
     let k = kernel(&b.device, program, name)?;
-    bind(&mut ArgBinder::new(&k))?;
+    let mut a = ArgBinder::new(&k);
+    bind(&mut a)?;
+    let params = a.finish(&b.device)?;
     Ok(Launch {
         kernel: k,
         global: [n, 1, 1],
         local: None,
         dims: 1,
         kind,
+        params,
     })
 }
 
@@ -48,13 +51,16 @@ pub(super) fn grid(
     bind: impl FnOnce(&mut ArgBinder) -> Result<()>,
 ) -> Result<Launch> {
     let k = kernel(&b.device, program, name)?;
-    bind(&mut ArgBinder::new(&k))?;
+    let mut a = ArgBinder::new(&k);
+    bind(&mut a)?;
+    let params = a.finish(&b.device)?;
     Ok(Launch {
         kernel: k,
         global,
         local,
         dims: 3,
         kind,
+        params,
     })
 }
 

@@ -29,6 +29,7 @@ fn flat(
         local: None,
         dims: 1,
         kind,
+        params: None,
     })
 }
 

@@ -553,13 +553,9 @@ fn lower_split(
         };
         let kk = super::mul_mv::select(&p.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
         let kernel = program::kernel(&p.device, kk.program, &kk.name)?;
-        bind_mm(
-            &mut ArgBinder::new(&kernel),
-            &w,
-            (mem, peer_act, peer_nb),
-            &x,
-            &partial,
-        )?;
+        let mut args = ArgBinder::new(&kernel);
+        bind_mm(&mut args, &w, (mem, peer_act, peer_nb), &x, &partial)?;
+        let params = args.finish(&p.device)?;
         peers.push(PeerWork {
             device: p.device.clone(),
             act_dst: Region {
@@ -572,6 +568,7 @@ fn lower_split(
                 local: Some(kk.local),
                 dims: 3,
                 kind: "mul_mat",
+                params,
             },
             partial: Region {
                 mem,

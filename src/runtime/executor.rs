@@ -6,7 +6,9 @@ use super::device::Device;
 use crate::error::{ClContext, Result};
 use opencl3::command_queue as cq;
 use opencl3::kernel::Kernel;
+use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
 use opencl3::types::cl_mem;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One tensor as a kernel sees it: memory, byte offset, ggml ne and nb.
@@ -19,14 +21,59 @@ pub struct Operand {
 }
 
 /// Arguments bound in order, the way the `.cl` signatures list them.
+///
+/// Kernels named in `program::PACKED` take their scalars (offsets, shapes,
+/// strides, flags) in one buffer of 8-byte slots, their last argument, in
+/// binding order: NVIDIA's clEnqueueNDRangeKernel costs several microseconds
+/// more per launch with ~500 bytes of scalar arguments than with buffers
+/// alone (scripts/probe/enqueue-cost.c), and the decode step is ~260 launches.
+/// `finish` uploads those slots.
 pub struct ArgBinder<'k> {
     kernel: &'k Kernel,
     next: u32,
+    pack: Option<Vec<u64>>,
 }
 
 impl<'k> ArgBinder<'k> {
     pub fn new(kernel: &'k Kernel) -> Self {
-        ArgBinder { kernel, next: 0 }
+        let packed = kernel
+            .function_name()
+            .is_ok_and(|n| super::program::PACKED.contains(&n.as_str()));
+        ArgBinder {
+            kernel,
+            next: 0,
+            pack: packed.then(Vec::new),
+        }
+    }
+    /// Binds the packed scalars (a no-op for other kernels) and returns the
+    /// buffer that holds them, which must live as long as the launch.
+    pub fn finish(self, device: &Device) -> Result<Option<Buffer<u64>>> {
+        let Some(mut slots) = self.pack else {
+            return Ok(None);
+        };
+        if slots.is_empty() {
+            slots.push(0);
+        }
+        // SAFETY: `slots` is a live host array of slots.len() u64s, copied by
+        // OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
+        let buf = unsafe {
+            Buffer::<u64>::create(
+                &device.context,
+                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                slots.len(),
+                slots.as_mut_ptr() as *mut c_void,
+            )
+        }
+        .cl("clCreateBuffer")?;
+        let mem = buf.get();
+        // SAFETY: the packed kernels' last parameter is a buffer pointer.
+        unsafe { self.kernel.set_arg(self.next, &mem) }.cl("clSetKernelArg")?;
+        Ok(Some(buf))
+    }
+    fn slots(&mut self, v: &[u64]) -> Option<&mut Self> {
+        let pack = self.pack.as_mut()?;
+        pack.extend_from_slice(v);
+        Some(self)
     }
     fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
         // SAFETY: T is a plain value whose size matches the kernel parameter at
@@ -36,31 +83,64 @@ impl<'k> ArgBinder<'k> {
         self.next += 1;
         Ok(self)
     }
-    /// TENSOR/CTENSOR: pointer, offset, ne (long4), nb (ulong4).
+    /// TENSOR/CTENSOR: pointer, offset, ne (long4), nb (ulong4); packed
+    /// (PTENSOR + PK_TENSOR): the pointer, then 9 slots.
     pub fn tensor(&mut self, t: &Operand) -> Result<&mut Self> {
-        self.raw(&t.mem)?.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb)
+        self.raw(&t.mem)?;
+        let ne = t.ne.map(|v| v as u64);
+        let mut v = [t.offset, 0, 0, 0, 0, 0, 0, 0, 0];
+        v[1..5].copy_from_slice(&ne);
+        v[5..].copy_from_slice(&t.nb);
+        match self.slots(&v) {
+            Some(_) => Ok(self),
+            None => self.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb),
+        }
     }
     /// A pointer and a byte offset.
     pub fn ptr(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
-        self.raw(&mem)?.raw(&offset)
+        self.raw(&mem)?.u64(offset)
+    }
+    fn u64(&mut self, v: u64) -> Result<&mut Self> {
+        match self.slots(&[v]) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn i32(&mut self, v: i32) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&[v as u32 as u64]) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn u32(&mut self, v: u32) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&[v as u64]) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn f32(&mut self, v: f32) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&[v.to_bits() as u64]) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn u64x4(&mut self, v: [u64; 4]) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&v) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn i64(&mut self, v: i64) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&[v as u64]) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
     pub fn i64x4(&mut self, v: [i64; 4]) -> Result<&mut Self> {
-        self.raw(&v)
+        match self.slots(&v.map(|x| x as u64)) {
+            Some(_) => Ok(self),
+            None => self.raw(&v),
+        }
     }
 }
 
@@ -72,6 +152,8 @@ pub struct Launch {
     pub dims: u32,
     /// Counted by kind for tests and logs: "mul_mat", "quantize", ...
     pub kind: &'static str,
+    /// The packed scalars of a `program::PACKED` kernel (ArgBinder::finish).
+    pub params: Option<Buffer<u64>>,
 }
 
 /// Launches since process start, for tests that assert launch counts.

@@ -54,6 +54,22 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Kernels that take their scalar arguments packed in one buffer (PK_* in
+/// common.cl; ArgBinder says why): the ones a decode step launches.
+pub const PACKED: &[&str] = &[
+    "kernel_fused_rms_norm",
+    "kernel_fused_rms_norm_wide",
+    "kernel_mul_mv_q4_0",
+    "kernel_mul_mv_q8_0",
+    "kernel_mul_mv_group_q4_0",
+    "kernel_mul_mv_group_q8_0",
+    "kernel_mul_mv_glu_q4_0",
+    "kernel_mul_mv_glu_q8_0",
+    "kernel_rope_store_f32",
+    "kernel_fa_split",
+    "kernel_fa_vec",
+];
+
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
 
 /// Builds `source` for `device`; on failure the error carries the build log.

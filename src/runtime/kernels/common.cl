@@ -8,6 +8,29 @@
 #define TENSOR(t)  __global char *t, ulong t##_off, long4 t##_ne, ulong4 t##_nb
 #define CTENSOR(t) __global const char *t, ulong t##_off, long4 t##_ne, ulong4 t##_nb
 
+// Packed scalars (the kernels listed in program.rs PACKED, which a decode
+// step launches): a tensor is only its pointer in the signature (PTENSOR),
+// and its offset, ne and nb, like every other scalar, come from `pk`, the
+// last argument, in 8-byte slots in signature order, unpacked at the top of
+// the kernel (PK_BEGIN, then PK_TENSOR / PK_INT / ...). NVIDIA's enqueue
+// costs microseconds more per launch for large scalar argument lists.
+#define PTENSOR(t)  __global char *t
+#define PCTENSOR(t) __global const char *t
+#define PK_PARAMS __constant ulong *pk
+#define PK_BEGIN int pk_i = 0;
+#define PK_TENSOR(t)                                                                  \
+    const ulong t##_off = pk[pk_i];                                                   \
+    const long4 t##_ne = as_long4((ulong4)(pk[pk_i + 1], pk[pk_i + 2], pk[pk_i + 3], pk[pk_i + 4])); \
+    const ulong4 t##_nb = (ulong4)(pk[pk_i + 5], pk[pk_i + 6], pk[pk_i + 7], pk[pk_i + 8]); \
+    pk_i += 9;
+#define PK_ULONG(x) const ulong x = pk[pk_i]; pk_i += 1;
+#define PK_LONG(x) const long x = as_long(pk[pk_i]); pk_i += 1;
+#define PK_INT(x) const int x = as_int((uint)pk[pk_i]); pk_i += 1;
+#define PK_UINT(x) const uint x = (uint)pk[pk_i]; pk_i += 1;
+#define PK_FLOAT(x) const float x = as_float((uint)pk[pk_i]); pk_i += 1;
+#define PK_LONG4(x) const long4 x = as_long4((ulong4)(pk[pk_i], pk[pk_i + 1], pk[pk_i + 2], pk[pk_i + 3])); pk_i += 4;
+#define PK_ULONG4(x) const ulong4 x = (ulong4)(pk[pk_i], pk[pk_i + 1], pk[pk_i + 2], pk[pk_i + 3]); pk_i += 4;
+
 // Byte address of element (i0, i1, i2, i3) of tensor t.
 #define AT(t, i0, i1, i2, i3) \
     ((t) + (t##_off) + (ulong)(i0) * (t##_nb).s0 + (ulong)(i1) * (t##_nb).s1 + \

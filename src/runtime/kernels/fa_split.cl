@@ -134,15 +134,22 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     }
 }
 
+// The split kernels' signature and scalars (both kernels take the same).
+#define FA_SPLIT_ARGS                                                                       \
+    PCTENSOR(q), PCTENSOR(k), PCTENSOR(v), PCTENSOR(mask), __global float *part,            \
+        __global uint *cnt, PTENSOR(dst), __global char *q8, PK_PARAMS
+#define FA_SPLIT_PARAMS                                                                     \
+    PK_BEGIN PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)        \
+    PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
+    PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \
+    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)
+
 // global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
 // blocks in dst's element order, which the caller checked is contiguous F32
 // with DV % 32 == 0.
-kernel void kernel_fa_split(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
-                            __global float *part, ulong part_off, __global uint *cnt,
-                            ulong cnt_off, int chunk, int n_chunks, float scale, float max_bias,
-                            float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
-                            int has_q8, __global char *q8, ulong q8_off) {
+kernel void kernel_fa_split(FA_SPLIT_ARGS) {
+    FA_SPLIT_PARAMS
     __local float qs[FA_MAX_D];
     __local float ps[FA_TILE];
     __local float red[FA_WG];
@@ -250,11 +257,8 @@ inline float fv_group_reduce(float v, int is_max, __local float *red, __local fl
     return r;
 }
 
-kernel void kernel_fa_vec(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
-                          __global float *part, ulong part_off, __global uint *cnt,
-                          ulong cnt_off, int chunk, int n_chunks, float scale, float max_bias,
-                          float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
-                          int has_q8, __global char *q8, ulong q8_off) {
+kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
+    FA_SPLIT_PARAMS
     __local float ps[FV_MAX_CHUNK];
     __local float red[FV_WG];
     __local float warps[FV_WARPS];

@@ -21,9 +21,10 @@
 #define FN_LOCAL_MAX 8192
 #define FN_BATCH 8
 
-kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(sum),
-                                  TENSOR(normed), CTENSOR(w), TENSOR(dst), float eps,
-                                  __global char *q8, ulong q8_off, int has_q8) {
+kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
+                                  PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
+    PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
+    PK_TENSOR(w) PK_TENSOR(dst) PK_FLOAT(eps) PK_ULONG(q8_off) PK_INT(has_q8)
     __local float red[FN_WG];
     __local float row_vals[FN_LOCAL_MAX];
     const int lid = get_local_id(0);
@@ -106,9 +107,10 @@ kernel void kernel_fused_rms_norm(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(su
 #define FW_WG 256
 #define FW_WARPS (FW_WG / 32)
 
-kernel void kernel_fused_rms_norm_wide(CTENSOR(a), CTENSOR(b), int has_add, TENSOR(sum),
-                                       TENSOR(normed), CTENSOR(w), TENSOR(dst), float eps,
-                                       __global char *q8, ulong q8_off, int has_q8) {
+kernel void kernel_fused_rms_norm_wide(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
+                                       PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
+    PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
+    PK_TENSOR(w) PK_TENSOR(dst) PK_FLOAT(eps) PK_ULONG(q8_off) PK_INT(has_q8)
     __local float red[FW_WG];
     __local float warps[FW_WARPS];
     const int lid = get_local_id(0);

@@ -134,8 +134,8 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
 // the activation is loaded once for both; MV_ROWS row groups a work-group.
 // global {ceil(ne01 / (2 * MV_ROWS)) * MV_ROWS * MV_LANES, ne11, ne12 * ne13}.
 #define MV2_KERNEL(NAME, ROWDOT2)                                                           \
-kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
-                 long4 b_ne, TENSOR(dst)) {                                                \
+kernel void NAME(PCTENSOR(w), __global const char *act, PTENSOR(dst), PK_PARAMS) {          \
+    PK_BEGIN PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG4(act_nb) PK_LONG4(b_ne) PK_TENSOR(dst) \
     __local float scratch_all[MV_ROWS * MV_LANES];                                          \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
@@ -173,8 +173,10 @@ MV2_KERNEL(kernel_mul_mv_q8_0, mv_row2_q8_0)
 // work-groups, matrix 1 the next g1, matrix 2 the rest.
 // global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
 #define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(CTENSOR(w0), CTENSOR(w1), CTENSOR(w2), __global const char *act,          \
-                 ulong act_off, TENSOR(d0), TENSOR(d1), TENSOR(d2), long g0, long g1) {     \
+kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
+                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), PK_PARAMS) {                        \
+    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1)                                     \
     __local float scratch_all[MV_ROWS * MV_LANES];                                          \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
@@ -208,9 +210,10 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row2_q8_0)
 #define GLU_WARPS 8
 #define GLU_ROWS (GLU_WARPS * MV_ROWS)
 #define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
-kernel void NAME(CTENSOR(wg), CTENSOR(wu), __global const char *act, ulong act_off,        \
-                 TENSOR(dglu), TENSOR(dgate), TENSOR(dup), __global char *q8, ulong q8_off,  \
-                 int has_q8) {                                                              \
+kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(dglu),     \
+                 PTENSOR(dgate), PTENSOR(dup), __global char *q8, PK_PARAMS) {              \
+    PK_BEGIN PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate) \
+    PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8)                                          \
     __local float scratch_all[GLU_WARPS * MV_LANES];                                        \
     __local float lg[GLU_ROWS], lu[GLU_ROWS], ly[GLU_ROWS];                                 \
     const int lid = get_local_id(0);                                                        \

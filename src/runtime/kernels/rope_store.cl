@@ -66,12 +66,14 @@ inline int rs_pair(long j, int n_dims, int neox, long *e0, long *e1) {
 }
 
 kernel void kernel_rope_store_f32(
-    CTENSOR(q), TENSOR(qo), CTENSOR(k), TENSOR(ko),
-    __global const char *pos, ulong pos_off, __global const char *ff, ulong ff_off, int has_ff,
-    TENSOR(kc), CTENSOR(kr), long4 kv_ne,
-    CTENSOR(v), TENSOR(vc), CTENSOR(vr),
-    int flags, int n_dims, float theta_scale, float freq_scale, float ext_factor,
-    float attn_factor, float corr0, float corr1) {
+    PCTENSOR(q), PTENSOR(qo), PCTENSOR(k), PTENSOR(ko), __global const char *pos,
+    __global const char *ff, PTENSOR(kc), PCTENSOR(kr), PCTENSOR(v), PTENSOR(vc), PCTENSOR(vr),
+    PK_PARAMS) {
+    PK_BEGIN PK_TENSOR(q) PK_TENSOR(qo) PK_TENSOR(k) PK_TENSOR(ko) PK_ULONG(pos_off)
+    PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(kc) PK_TENSOR(kr) PK_LONG4(kv_ne) PK_TENSOR(v)
+    PK_TENSOR(vc) PK_TENSOR(vr) PK_INT(flags) PK_INT(n_dims) PK_FLOAT(theta_scale)
+    PK_FLOAT(freq_scale) PK_FLOAT(ext_factor) PK_FLOAT(attn_factor) PK_FLOAT(corr0)
+    PK_FLOAT(corr1)
     const long gid = get_global_id(0);
     const long nq = (q_ne.s0 / 2) * q_ne.s1 * q_ne.s2 * q_ne.s3;
     const long nk = (k_ne.s0 / 2) * k_ne.s1 * k_ne.s2 * k_ne.s3;
