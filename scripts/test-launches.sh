@@ -6,6 +6,10 @@
 # model shape with 2 and 6 layers, (launches(6) - launches(2)) / 4.
 # Counts come from polycl's "graph compute: N launches" log lines (POLYCL_LOG=1), last decode
 # step. Flash attention on is asserted (llama's default picks it on polycl); off is reported.
+# It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
+# (kernel_fa_vec) and the norm spread over several work-groups (kernel_fused_rms_norm_wide),
+# which needs the allocator to keep a residual add's inputs alive (backend/optimize.rs); the
+# in-place fallback kernel_fused_rms_norm must not appear.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -25,12 +29,16 @@ for l in 2 6; do
   [[ -f "$m" ]] || mv -f "$m.tmp" "$m"
 done
 
-# Launches of the last graph compute of a short generation.
+# Launches of the last graph compute of a short generation; the kernel names of the last
+# plan built (the decode step's) go to $KERNELS.
+KERNELS=$(mktemp)
+trap 'rm -f "$KERNELS"' EXIT
 launches() {
   local out
   out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
     -m "$MDIR/tiny-q4_0-$1.gguf" --fa "$2" --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) ||
     { echo "$out" | tail -n 20 >&2; die "generation with $1 layers, fa $2 failed"; }
+  echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1 >"$KERNELS"
   echo "$out" | sed -n 's/.*graph compute: \([0-9]*\) launches.*/\1/p' | tail -n 1
 }
 
@@ -38,6 +46,14 @@ fail=0
 for fa in on off; do
   n2=$(launches 2 "$fa")
   n6=$(launches 6 "$fa")
+  if [[ $fa == on ]]; then
+    for k in kernel_fa_vec kernel_fused_rms_norm_wide; do
+      grep -qw "$k" "$KERNELS" || { echo "FAIL: decode step (fa on) does not run $k"; fail=1; }
+    done
+    if grep -qw kernel_fused_rms_norm "$KERNELS"; then
+      echo "FAIL: decode step (fa on) runs the in-place norm kernel_fused_rms_norm"; fail=1
+    fi
+  fi
   [[ -n "$n2" && -n "$n6" ]] || die "no launch counts logged (fa $fa)"
   per=$(( (n6 - n2) / 4 ))
   const=$(( n2 - 2 * per ))
