@@ -7,7 +7,9 @@
 # Counts come from polycl's "graph compute: N launches" log lines (POLYCL_LOG=1), last decode
 # step. Flash attention on is asserted (llama's default picks it on polycl); off is reported.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
-# (kernel_fa_vec) and the norm spread over several work-groups (kernel_fused_rms_norm_wide),
+# (kernel_fa_vec), the Q/K/V projections with rope and cache writes in their epilogue
+# (kernel_mul_mv_group_rope_q4_0) and the norm spread over several work-groups
+# (kernel_fused_rms_norm_wide),
 # which needs the allocator to keep a residual add's inputs alive (backend/optimize.rs); the
 # in-place fallback kernel_fused_rms_norm must not appear.
 set -euo pipefail
@@ -47,7 +49,7 @@ for fa in on off; do
   n2=$(launches 2 "$fa")
   n6=$(launches 6 "$fa")
   if [[ $fa == on ]]; then
-    for k in kernel_fa_vec kernel_fused_rms_norm_wide; do
+    for k in kernel_fa_vec kernel_mul_mv_group_rope_q4_0 kernel_fused_rms_norm_wide; do
       grep -qw "$k" "$KERNELS" || { echo "FAIL: decode step (fa on) does not run $k"; fail=1; }
     done
     if grep -qw kernel_fused_rms_norm "$KERNELS"; then

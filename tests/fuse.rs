@@ -210,3 +210,71 @@ fn fusing_members_joined_through_another_node_is_refused() {
     assert!(b.g.fuse(&members, op, vec![x, z], "f".into()).is_none());
     assert_eq!(b.g, before);
 }
+
+#[test]
+fn members_with_several_outputs_and_views_between_them() {
+    // t = two-output node; s = scale(view(t:1)); fuse [t, s]: ports are t:0,
+    // t:1, s:0; the view between them reads the fused node afterwards; the
+    // view as an input of the fused node would be a cycle.
+    let build = || {
+        let mut b = B::new();
+        let x = b.param(F32, [E, 1, 1, 1]);
+        let out = |k: u64| Output {
+            ty: TensorType::contiguous(F32, [E, 1, 1, 1]),
+            place: Place::Bound(MemRef {
+                buffer: 0x2000,
+                offset: k << 20,
+            }),
+        };
+        let t = b.g.add(
+            Op::MulMatGroup,
+            vec![x, x],
+            vec![out(1), out(2)],
+            "t".to_string(),
+        );
+        let view = b.node(Op::View, vec![Value::new(t, 1)], F32, [E, 1, 1, 1]);
+        let s = b.node(
+            Op::Scale {
+                scale: 2.0,
+                bias: 0.0,
+            },
+            vec![view],
+            F32,
+            [E, 1, 1, 1],
+        );
+        b.node(
+            Op::Binary(BinaryOp::Add),
+            vec![Value::new(t, 1), s],
+            F32,
+            [E, 1, 1, 1],
+        );
+        (b.g, x, t, view, s)
+    };
+    let (mut g, x, t, view, s) = build();
+    let before = g.clone();
+    assert!(g
+        .fuse(&[t, s.node], Op::MulMatGroup, vec![x, x, view], "f".into())
+        .is_none());
+    assert_eq!(g, before);
+
+    let (mut g, x, t, _, s) = build();
+    let f = g
+        .fuse(&[t, s.node], Op::MulMatGroup, vec![x, x], "f".into())
+        .expect("fused");
+    assert_eq!(g.nodes[f].outputs.len(), 3);
+    let add = g
+        .nodes
+        .iter()
+        .position(|n| n.op == Op::Binary(BinaryOp::Add))
+        .expect("the add survives");
+    assert_eq!(
+        g.nodes[add].inputs,
+        vec![Value::new(f, 1), Value::new(f, 2)]
+    );
+    let view = g
+        .nodes
+        .iter()
+        .position(|n| n.op == Op::View)
+        .expect("view kept");
+    assert_eq!(g.nodes[view].inputs, vec![Value::new(f, 1)]);
+}

@@ -222,3 +222,53 @@ fn k_rope_written_over_q_is_not_fused() {
     assert_eq!(rope_store::run(&mut g), 0);
     assert_eq!(g.count("Rope"), 2);
 }
+
+/// Every fusion pass, as a decode step runs them.
+fn fuse_all(g: &mut Graph) -> ggml_polycl::passes::fuse::Fused {
+    ggml_polycl::passes::fuse::run(g)
+}
+
+#[test]
+fn projections_rope_and_cache_writes_fuse_into_one_group_node() {
+    let mut g = layer(params(), false);
+    let f = fuse_all(&mut g);
+    assert_eq!((f.matmul_group, f.rope_store, f.group_rope), (1, 1, 1));
+    assert_eq!(g.count("MulMatGroupRope"), 1);
+    assert_eq!(
+        g.count("MulMatGroup") + g.count("RopeStore") + g.count("MulMat"),
+        0
+    );
+    let id = g
+        .nodes
+        .iter()
+        .position(|n| n.op.kind() == "MulMatGroupRope")
+        .unwrap();
+    let n = &g.nodes[id];
+    // [wq, wv, wk, pos, k_cache, k_rows, v_cache, v_rows, x]
+    assert_eq!(n.inputs.len(), 9);
+    assert_eq!(g.nodes[n.inputs[8].node].name, "x");
+    // ports: Q, V, K projections, rope(q), rope(k), K cache, V cache
+    assert_eq!(n.outputs.len(), 7);
+    assert_eq!(
+        g.results,
+        vec![Value::new(id, 3), Value::new(id, 5), Value::new(id, 6)]
+    );
+    let Op::MulMatGroupRope(p) = n.op else {
+        unreachable!()
+    };
+    // the group holds Q, V, K in that order
+    assert_eq!(p.roles, [0, 2, 1]);
+}
+
+#[test]
+fn neox_rope_keeps_its_own_launch() {
+    let mut g = layer(params(), false);
+    for n in g.nodes.iter_mut() {
+        if let Op::Rope(p) = &mut n.op {
+            p.mode = RopeMode::Neox;
+        }
+    }
+    let f = fuse_all(&mut g);
+    // a NEOX pair is (j, j + n_dims/2): not two rows of one row group
+    assert_eq!((f.matmul_group, f.rope_store, f.group_rope), (1, 1, 0));
+}

@@ -203,17 +203,20 @@ impl Graph {
 }
 
 impl Graph {
-    /// Replaces `members` (single-output nodes) by one node computing `op` from
-    /// `inputs`, whose port k is `members[k]`'s output: every use of a member
-    /// (node inputs, results) is redirected to its port, the members are
-    /// removed, and the nodes are put back in a topological order that keeps
-    /// the original order wherever dependencies allow (the fused node takes
-    /// the place of its first member). Returns the fused node's id.
-    /// None (graph untouched) where fusing would make a cycle (a path from
-    /// one member through other nodes back to a member), or where a node that
+    /// Replaces `members` by one node computing `op` from `inputs`, whose
+    /// ports are the members' outputs in order (`members[0]`'s ports first,
+    /// then `members[1]`'s, ...): every use of a member (node inputs,
+    /// results) is redirected to its port, the members are removed, and the
+    /// nodes are put back in a topological order that keeps the original
+    /// order wherever dependencies allow (the fused node takes the place of
+    /// its first member). Returns the fused node's id.
+    /// None (graph untouched) where fusing would make a cycle (one of
+    /// `inputs` computed from a member's output), or where a node that
     /// computes something sits between two members: the host's allocator
     /// placed tensors for the original order, so a fused node may only take
     /// the place of a run of members (views and parameters in between move).
+    /// Nodes between members that only fed a member (views of one member
+    /// read by another) are left reading the fused node.
     pub fn fuse(
         &mut self,
         members: &[NodeId],
@@ -221,17 +224,32 @@ impl Graph {
         inputs: Vec<Value>,
         name: String,
     ) -> Option<NodeId> {
-        if !self.can_fuse(members) {
+        if !self.can_fuse(members, &inputs) {
             return None;
         }
         let first = *members.iter().min().expect("a fusion has members");
         let outputs: Vec<Output> = members
             .iter()
-            .map(|&m| self.nodes[m].outputs[0].clone())
+            .flat_map(|&m| self.nodes[m].outputs.iter().cloned())
             .collect();
-        let port_names: Vec<String> = members[1..]
+        // Port 0 takes the node's name; every other port its member's name
+        // (a member's own port 0) or that member's port name.
+        let mut port_names: Vec<String> = Vec::new();
+        for (k, &m) in members.iter().enumerate() {
+            let n = &self.nodes[m];
+            if k > 0 {
+                port_names.push(n.name.clone());
+            }
+            port_names.extend(n.port_names.iter().cloned());
+        }
+        // First port of each member on the fused node.
+        let base: Vec<u32> = members
             .iter()
-            .map(|&m| self.nodes[m].name.clone())
+            .scan(0u32, |next, &m| {
+                let b = *next;
+                *next += self.nodes[m].outputs.len() as u32;
+                Some(b)
+            })
             .collect();
         let fused = self.nodes.len();
         self.nodes.push(Node {
@@ -242,8 +260,8 @@ impl Graph {
             port_names,
         });
         let redirect = |v: Value| match members.iter().position(|&m| m == v.node) {
-            Some(k) if v.port == 0 => Value::new(fused, k as u32),
-            _ => v,
+            Some(k) => Value::new(fused, base[k] + v.port),
+            None => v,
         };
         for n in self.nodes.iter_mut() {
             for v in n.inputs.iter_mut() {
@@ -305,7 +323,7 @@ impl Graph {
         Some(new_id[fused])
     }
 
-    fn can_fuse(&self, members: &[NodeId]) -> bool {
+    fn can_fuse(&self, members: &[NodeId], inputs: &[Value]) -> bool {
         let (Some(&lo), Some(&hi)) = (members.iter().min(), members.iter().max()) else {
             return false;
         };
@@ -314,28 +332,24 @@ impl Graph {
         {
             return false;
         }
+        if inputs.iter().any(|v| v.node >= self.nodes.len()) {
+            return false;
+        }
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
             for v in &n.inputs {
                 users[v.node].push(i);
             }
         }
-        let mut seen = vec![false; self.nodes.len()];
-        let mut stack: Vec<usize> = members
-            .iter()
-            .flat_map(|&m| users[m].iter().copied())
-            .filter(|u| !members.contains(u))
-            .collect();
+        // Everything computed from a member's output (members included): no
+        // input of the fused node may come from there.
+        let mut downstream = vec![false; self.nodes.len()];
+        let mut stack: Vec<usize> = members.to_vec();
         while let Some(i) = stack.pop() {
-            if members.contains(&i) {
-                return false;
-            }
-            if !std::mem::replace(&mut seen[i], true) {
+            if !std::mem::replace(&mut downstream[i], true) {
                 stack.extend(users[i].iter().copied());
             }
         }
-        members
-            .iter()
-            .all(|&m| m < self.nodes.len() && self.nodes[m].outputs.len() == 1)
+        !inputs.iter().any(|v| downstream[v.node])
     }
 }

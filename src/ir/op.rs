@@ -102,6 +102,19 @@ pub enum Op {
     /// inputs: [q, k, positions, k_cache, k_rows, v, v_cache, v_rows] (+ freq
     /// factors); outputs: [rope(q), rope(k), k_cache updated, v_cache updated].
     RopeStore(RopeParams),
+    /// A MulMatGroup of Q, K and V projections plus the RopeStore that reads
+    /// them. inputs: [w_0, w_1, w_2, positions, k_cache, k_rows, v_cache,
+    /// v_rows, (freq factors,) x]; outputs: [w_0 x, w_1 x, w_2 x, rope(q),
+    /// rope(k), k_cache updated, v_cache updated].
+    MulMatGroupRope(GroupRope),
+}
+
+/// Which matrix of a MulMatGroupRope is Q, K and V, and the rope.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupRope {
+    pub rope: RopeParams,
+    /// Matrix index (0..3) of Q, K, V.
+    pub roles: [u8; 3],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,6 +215,7 @@ impl Op {
             Op::MulMatGroup => "MulMatGroup",
             Op::MulMatGlu { .. } => "MulMatGlu",
             Op::RopeStore(_) => "RopeStore",
+            Op::MulMatGroupRope(_) => "MulMatGroupRope",
         }
     }
 
@@ -240,6 +254,10 @@ impl Op {
             Op::MulMatGlu { .. } => 3..=3,
             Op::RopeStore(p) => {
                 let n = 8 + p.has_freq_factors as usize;
+                n..=n
+            }
+            Op::MulMatGroupRope(p) => {
+                let n = 9 + p.rope.has_freq_factors as usize;
                 n..=n
             }
         }

@@ -9,7 +9,8 @@ use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{Q4_0, Q8_0};
 use crate::ir::{GluKind, Node, Value};
-use crate::runtime::executor::{Launch, Operand};
+use crate::runtime::executor::{ArgBinder, Launch, Operand};
+use opencl3::types::cl_mem;
 
 /// Row groups a work-group (two rows each) and lanes a row group of the
 /// group kernel (MV_ROWS, MV_LANES).
@@ -18,7 +19,7 @@ const MV_LANES: usize = 32;
 /// Row groups a work-group of the GLU kernel (GLU_WARPS).
 const GLU_WARPS: usize = 8;
 
-fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
+pub(super) fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
     match b.graph.ty(w).dtype {
         Q4_0 => Ok("q4_0"),
         Q8_0 => Ok("q8_0"),
@@ -31,7 +32,11 @@ fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
 }
 
 /// The Q8_1 activation of a fused matmul: (memory, byte offset).
-fn q8_activation(b: &mut Binder, n: &Node, out: &mut Vec<Launch>) -> Result<(Operand, u64)> {
+pub(super) fn q8_activation(
+    b: &mut Binder,
+    n: &Node,
+    out: &mut Vec<Launch>,
+) -> Result<(Operand, u64)> {
     let xv = *n.inputs.last().expect("arity checked");
     let x = b.operand(xv)?;
     let (act, _) = activation(b, (n.inputs[0], xv), &x, out)?;
@@ -43,6 +48,40 @@ fn q8_activation(b: &mut Binder, n: &Node, out: &mut Vec<Launch>) -> Result<(Ope
         },
         act.1,
     ))
+}
+
+/// The group kernel's grid for these weights (one to three): global and
+/// local size, and the work-groups of matrices 0 and 1 (g0, g1); matrix 2
+/// takes the rest.
+pub(super) fn group_layout(ws: &[Operand]) -> ([usize; 3], [usize; 3], i64, i64) {
+    let groups: Vec<usize> = ws
+        .iter()
+        .map(|w| (w.ne[1] as usize).div_ceil(2 * MV_ROWS))
+        .collect();
+    let total: usize = groups.iter().sum();
+    let (g0, g1) = (groups[0] as i64, groups.get(1).copied().unwrap_or(0) as i64);
+    (
+        [total * MV_ROWS * MV_LANES, 1, 1],
+        [MV_ROWS * MV_LANES, 1, 1],
+        g0,
+        g1,
+    )
+}
+
+/// The group kernels' leading arguments: three weights, the Q8_1
+/// activation, three results, the work-groups of matrices 0 and 1.
+pub(super) fn bind_group(
+    a: &mut ArgBinder,
+    ws: &[Operand],
+    act: (cl_mem, u64),
+    ds: &[Operand],
+    (g0, g1): (i64, i64),
+) -> Result<()> {
+    a.tensor(&ws[0])?.tensor(&ws[1])?.tensor(&ws[2])?;
+    a.ptr(act.0, act.1)?;
+    a.tensor(&ds[0])?.tensor(&ds[1])?.tensor(&ds[2])?;
+    a.i64(g0)?.i64(g1)?;
+    Ok(())
 }
 
 pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Result<()> {
@@ -61,31 +100,20 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
         ds.push(b.operand(Value::new(id, k as u32))?);
     }
     let (act, act_off) = q8_activation(b, n, out)?;
-    let groups: Vec<usize> = ws
-        .iter()
-        .map(|w| (w.ne[1] as usize).div_ceil(2 * MV_ROWS))
-        .collect();
     // Unused slots repeat the last matrix; no work-group selects them.
     while ws.len() < 3 {
         ws.push(*ws.last().expect("one matrix at least"));
         ds.push(*ds.last().expect("one result at least"));
     }
-    let total: usize = groups.iter().sum();
-    let (g0, g1) = (groups[0] as i64, groups.get(1).copied().unwrap_or(0) as i64);
+    let (global, local, g0, g1) = group_layout(&ws[..m]);
     out.push(grid(
         b,
         "mul_mv",
         &name,
-        [total * MV_ROWS * MV_LANES, 1, 1],
-        Some([MV_ROWS * MV_LANES, 1, 1]),
+        global,
+        Some(local),
         "mul_mat",
-        |a| {
-            a.tensor(&ws[0])?.tensor(&ws[1])?.tensor(&ws[2])?;
-            a.ptr(act.mem, act_off)?;
-            a.tensor(&ds[0])?.tensor(&ds[1])?.tensor(&ds[2])?;
-            a.i64(g0)?.i64(g1)?;
-            Ok(())
-        },
+        |a| bind_group(a, &ws, (act.mem, act_off), &ds, (g0, g1)),
     )?);
     Ok(())
 }

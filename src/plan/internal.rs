@@ -421,7 +421,11 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
             }
             // The fusion passes run on the ggml path only, whose tensors are
             // all placed; this planner never sees their ops.
-            Op::FusedRmsNorm { .. } | Op::MulMatGroup | Op::MulMatGlu { .. } | Op::RopeStore(_) => {
+            Op::FusedRmsNorm { .. }
+            | Op::MulMatGroup
+            | Op::MulMatGlu { .. }
+            | Op::RopeStore(_)
+            | Op::MulMatGroupRope(_) => {
                 return Err(bad(format!(
                     "{} is made by the ggml path's fusion passes only",
                     n.op.kind()

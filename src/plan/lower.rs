@@ -4,7 +4,7 @@
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64, Q4K, Q4_0, Q6K, Q8_0};
-use crate::ir::{BinaryOp, GluKind, Node, Op, RopeMode, UnaryOp};
+use crate::ir::{BinaryOp, GluKind, Node, Op, RopeMode, RopeParams, UnaryOp};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use crate::runtime::program::kernel;
 
@@ -89,6 +89,17 @@ pub fn alibi(n_head: u32, max_bias: f32) -> (f32, f32, u32) {
     let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
     let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
     (m0, m1, n_head_log2)
+}
+
+/// ggml_rope_yarn_corr_dims of a rope's parameters.
+pub fn corr_dims(p: &RopeParams) -> [f32; 2] {
+    rope_yarn_corr_dims(
+        p.n_dims,
+        p.n_ctx_orig,
+        p.freq_base,
+        p.beta_fast,
+        p.beta_slow,
+    )
 }
 
 /// ggml_rope_yarn_corr_dims.
@@ -310,13 +321,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 pos
             };
             let dst = b.operand(v)?;
-            let corr = rope_yarn_corr_dims(
-                p.n_dims,
-                p.n_ctx_orig,
-                p.freq_base,
-                p.beta_fast,
-                p.beta_slow,
-            );
+            let corr = corr_dims(p);
             let name = match p.mode {
                 RopeMode::Normal => "kernel_rope_norm_f32",
                 RopeMode::Neox => "kernel_rope_neox_f32",
@@ -386,6 +391,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         Op::MulMatGroup => super::fused_matmul::lower_group(b, id, n, out),
         Op::MulMatGlu { kind } => super::fused_matmul::lower_glu(b, id, n, *kind, out),
         Op::RopeStore(p) => super::rope_store::lower(b, id, n, p, out),
+        Op::MulMatGroupRope(p) => super::group_rope::lower(b, id, n, p, out),
         Op::FlashAttn {
             scale,
             max_bias,

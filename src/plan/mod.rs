@@ -5,6 +5,7 @@ pub mod cache;
 pub mod flash_attn;
 pub mod fused_matmul;
 pub mod fused_norm;
+pub mod group_rope;
 pub mod internal;
 pub mod lower;
 pub mod lower_state;

@@ -53,7 +53,7 @@ pub fn activation_format(w: GgmlType, ne10: i64) -> Option<(&'static str, u64)> 
 /// weight: every weight of a fused matmul has one type and one row length).
 pub fn matmul_operands(n: &Node) -> Option<(Value, Value)> {
     match n.op {
-        Op::MulMat | Op::MulMatGroup | Op::MulMatGlu { .. } => {
+        Op::MulMat | Op::MulMatGroup | Op::MulMatGlu { .. } | Op::MulMatGroupRope(_) => {
             Some((n.inputs[0], *n.inputs.last()?))
         }
         _ => None,

@@ -1,11 +1,11 @@
 //! RopeStore lowering: one launch of kernel_rope_store_f32 (rope_store.cl).
 
-use super::lower::{flat, rope_yarn_corr_dims};
+use super::lower::{corr_dims, flat};
 use super::Binder;
 use crate::error::{Error, Result};
-use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
+use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64};
 use crate::ir::{Node, RopeMode, RopeParams, Value};
-use crate::runtime::executor::Launch;
+use crate::runtime::executor::{ArgBinder, Launch};
 
 // Flag bits of rope_store.cl.
 const KC_F16: i32 = 1;
@@ -29,24 +29,8 @@ pub fn lower(
     if n.inputs.len() != 8 + p.has_freq_factors as usize || n.outputs.len() != 4 {
         return Err(bad(n, "wrong operand count"));
     }
-    let ty = |i: usize| g.ty(n.inputs[i]);
-    let cache_flag = |t, f16| match t {
-        F16 => Ok(f16),
-        F32 => Ok(0),
-        _ => Err(bad(n, "cache type is neither F16 nor F32")),
-    };
-    let rows_flag = |t, i64| match t {
-        I64 => Ok(i64),
-        I32 => Ok(0),
-        _ => Err(bad(n, "row indices are neither I64 nor I32")),
-    };
-    let mut flags = cache_flag(ty(3).dtype, KC_F16)?
-        | cache_flag(ty(6).dtype, VC_F16)?
-        | rows_flag(ty(4).dtype, KR_I64)?
-        | rows_flag(ty(7).dtype, VR_I64)?;
-    if p.mode == RopeMode::Neox {
-        flags |= NEOX;
-    }
+    let ty = |i: usize| g.ty(n.inputs[i]).dtype;
+    let flags = flags(n, p, [ty(3), ty(4), ty(6), ty(7)])?;
 
     let q = b.operand(n.inputs[0])?;
     let k = b.operand(n.inputs[1])?;
@@ -71,14 +55,6 @@ pub fn lower(
     let pairs = |ne: &[i64; 4]| (ne[0] / 2) * ne[1] * ne[2] * ne[3];
     let total = pairs(&q.ne) + pairs(&k.ne) + v.ne.iter().product::<i64>();
     let total = usize::try_from(total).map_err(|_| bad(n, "negative size"))?;
-    let corr = rope_yarn_corr_dims(
-        p.n_dims,
-        p.n_ctx_orig,
-        p.freq_base,
-        p.beta_fast,
-        p.beta_slow,
-    );
-    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
     out.push(flat(
         b,
         "rope_store",
@@ -92,15 +68,47 @@ pub fn lower(
                 .i32(p.has_freq_factors as i32)?;
             a.tensor(&kc)?.tensor(&kr)?.i64x4(kv_ne)?;
             a.tensor(&v)?.tensor(&vc)?.tensor(&vr)?;
-            a.i32(flags)?
-                .i32(p.n_dims)?
-                .f32(theta_scale)?
-                .f32(p.freq_scale)?
-                .f32(p.ext_factor)?;
-            a.f32(p.attn_factor)?.f32(corr[0])?.f32(corr[1])?;
-            Ok(())
+            bind_rope(a, flags, p)
         },
     )?);
+    Ok(())
+}
+
+/// The kernels' flag bits for caches and row indices of these types:
+/// [k_cache, k_rows, v_cache, v_rows] (shared with group_rope.rs).
+pub(super) fn flags(n: &Node, p: &RopeParams, types: [GgmlType; 4]) -> Result<i32> {
+    let cache_flag = |t, f16| match t {
+        F16 => Ok(f16),
+        F32 => Ok(0),
+        _ => Err(bad(n, "cache type is neither F16 nor F32")),
+    };
+    let rows_flag = |t, i64| match t {
+        I64 => Ok(i64),
+        I32 => Ok(0),
+        _ => Err(bad(n, "row indices are neither I64 nor I32")),
+    };
+    let [kc, kr, vc, vr] = types;
+    let mut flags = cache_flag(kc, KC_F16)?
+        | cache_flag(vc, VC_F16)?
+        | rows_flag(kr, KR_I64)?
+        | rows_flag(vr, VR_I64)?;
+    if p.mode == RopeMode::Neox {
+        flags |= NEOX;
+    }
+    Ok(flags)
+}
+
+/// The rope scalars both kernels take last: flags, n_dims, theta_scale,
+/// freq_scale, ext_factor, attn_factor and YaRN's two correction dims.
+pub(super) fn bind_rope(a: &mut ArgBinder, flags: i32, p: &RopeParams) -> Result<()> {
+    let corr = corr_dims(p);
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
+    a.i32(flags)?
+        .i32(p.n_dims)?
+        .f32(theta_scale)?
+        .f32(p.freq_scale)?
+        .f32(p.ext_factor)?;
+    a.f32(p.attn_factor)?.f32(corr[0])?.f32(corr[1])?;
     Ok(())
 }
 

@@ -52,6 +52,15 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "rope_store",
         &[COMMON, include_str!("kernels/rope_store.cl")],
     ),
+    (
+        "group_rope",
+        &[
+            COMMON,
+            include_str!("kernels/rope_store.cl"),
+            include_str!("kernels/mul_mv.cl"),
+            include_str!("kernels/group_rope.cl"),
+        ],
+    ),
 ];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in
@@ -63,6 +72,8 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_q8_0",
     "kernel_mul_mv_group_q4_0",
     "kernel_mul_mv_group_q8_0",
+    "kernel_mul_mv_group_rope_q4_0",
+    "kernel_mul_mv_group_rope_q8_0",
     "kernel_mul_mv_glu_q4_0",
     "kernel_mul_mv_glu_q8_0",
     "kernel_rope_store_f32",

@@ -5,6 +5,7 @@
 //! fusing never changes what a graph computes, only how many launches it
 //! takes. The planner lowers the fused ops (plan/fused_*.rs, plan/rope_store.rs).
 
+pub mod group_rope;
 pub mod matmul_glu;
 pub mod matmul_group;
 pub mod rms_norm;
@@ -19,6 +20,7 @@ pub struct Fused {
     pub matmul_group: usize,
     pub matmul_glu: usize,
     pub rope_store: usize,
+    pub group_rope: usize,
 }
 
 /// Runs every fusion pass; the order matters only for speed of matching.
@@ -28,6 +30,7 @@ pub fn run(g: &mut Graph) -> Fused {
         matmul_glu: matmul_glu::run(g),
         matmul_group: matmul_group::run(g),
         rope_store: rope_store::run(g),
+        group_rope: group_rope::run(g),
     }
 }
 
@@ -53,4 +56,23 @@ pub(crate) fn is_split_weight(g: &Graph, v: Value) -> bool {
         Place::Bound(m) => crate::runtime::peer::tensor_at(m.buffer + m.offset).is_some(),
         Place::Internal => false,
     }
+}
+
+/// Bytes a value covers: (buffer, start, end).
+pub(crate) type Span = (u64, u64, u64);
+
+pub(crate) fn span(g: &Graph, v: Value) -> Option<Span> {
+    let o = g.output(v);
+    match o.place {
+        Place::Bound(m) => {
+            let start = m.offset;
+            Some((m.buffer, start, start + o.ty.span_bytes()))
+        }
+        Place::Internal => None,
+    }
+}
+
+pub(crate) fn overlap(a: &[Span], b: &[Span]) -> bool {
+    a.iter()
+        .any(|x| b.iter().any(|y| x.0 == y.0 && x.1 < y.2 && y.1 < x.2))
 }

@@ -15,6 +15,7 @@
 //! still checks every match. Graph::fuse only fuses runs of members with
 //! views between them, so no other node changes sides.
 
+use super::{overlap, span, Span};
 use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
 use crate::ir::{Graph, NodeId, Op, Place, RopeParams, Value};
 
@@ -200,25 +201,6 @@ fn nearest(n: usize, at: NodeId, ok: impl Fn(NodeId) -> bool) -> Option<NodeId> 
         let before = at.checked_sub(d).filter(|&i| ok(i));
         before.or_else(|| Some(at + d).filter(|&i| i < n && ok(i)))
     })
-}
-
-/// Bytes a value covers: (buffer, start, end).
-type Span = (u64, u64, u64);
-
-fn span(g: &Graph, v: Value) -> Option<Span> {
-    let o = g.output(v);
-    match o.place {
-        Place::Bound(m) => {
-            let start = m.offset;
-            Some((m.buffer, start, start + o.ty.span_bytes()))
-        }
-        Place::Internal => None,
-    }
-}
-
-fn overlap(a: &[Span], b: &[Span]) -> bool {
-    a.iter()
-        .any(|x| b.iter().any(|y| x.0 == y.0 && x.1 < y.2 && y.1 < x.2))
 }
 
 /// Whether running the members as one kernel reads and writes what running

@@ -168,15 +168,11 @@ MV2_KERNEL(kernel_mul_mv_q8_0, mv_row2_q8_0)
 // of one type and row length, F32 results of one column, contiguous.
 // ---------------------------------------------------------------------------
 
-// MulMatGroup: up to three matrices in one launch, 2 * MV_ROWS rows a
-// work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
-// work-groups, matrix 1 the next g1, matrix 2 the rest.
-// global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
-#define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
-                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), PK_PARAMS) {                        \
-    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
-    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1)                                     \
+// The group kernels' rows: matrix m, rows r and r + 1 of it (live0/live1
+// where they exist), their results t0 and t1 (in every lane) and d, the
+// matrix's result. Needs the group kernels' arguments w0..w2, act, d0..d2,
+// g0 and g1.
+#define MV_GROUP_ROWS(ROWDOT2)                                                               \
     __local float scratch_all[MV_ROWS * MV_LANES];                                          \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
@@ -193,6 +189,17 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
                              act + act_off, w0_ne.s0 / QK, lane);                           \
     const float t0 = warp_sum(s.x, scratch);                                                \
     const float t1 = warp_sum(s.y, scratch);                                                \
+
+// MulMatGroup: up to three matrices in one launch, 2 * MV_ROWS rows a
+// work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
+// work-groups, matrix 1 the next g1, matrix 2 the rest.
+// global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
+#define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
+kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
+                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), PK_PARAMS) {                        \
+    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1)                                     \
+    MV_GROUP_ROWS(ROWDOT2)                                                                  \
     if (lane == 0) {                                                                        \
         if (live0) store_f32(d + r * 4, t0);                                                \
         if (live1) store_f32(d + (r + 1) * 4, t1);                                          \

@@ -1,0 +1,65 @@
+// MulMatGroupRope (common.cl + rope_store.cl + mul_mv.cl + this file): the
+// group kernel of llama's Q, K and V projections of one token, whose
+// epilogue does the RopeStore work from registers. A row group computes rows
+// r and r + 1, which in NORMAL rope mode are one rotated pair (dims 2j and
+// 2j + 1 of head r / head_dim). Q and K rows are rotated into rope(q) and
+// rope(k), K rows also go to the K cache row, V rows to the V cache row; the
+// unrotated projections are written too (the node's first outputs).
+//
+// passes/fuse/group_rope.rs checked what this relies on: one token, three
+// matrices with even row counts, contiguous projections and rope outputs,
+// cache rows as wide as the projections, one row index each.
+// Same grid as MV_GROUP_KERNEL.
+#define MV_GROUP_ROPE_KERNEL(NAME, ROWDOT2)                                                  \
+kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
+                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), __global const char *pos,           \
+                 __global const char *ff, PTENSOR(qo), PTENSOR(ko), PTENSOR(kc),            \
+                 __global const char *kr, PTENSOR(vc), __global const char *vr, PK_PARAMS) { \
+    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_ULONG(pos_off) PK_ULONG(ff_off)  \
+    PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko) PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) \
+    PK_ULONG(vr_off) PK_INT(role_q) PK_INT(role_k) PK_INT(role_v) PK_INT(flags)             \
+    PK_INT(n_dims) PK_FLOAT(theta_scale) PK_FLOAT(freq_scale) PK_FLOAT(ext_factor)          \
+    PK_FLOAT(attn_factor) PK_FLOAT(corr0) PK_FLOAT(corr1)                                   \
+    MV_GROUP_ROWS(ROWDOT2)                                                                  \
+    if (lane == 0 && live1) { /* even row counts: live1 implies live0 */                     \
+        store_f32(d + r * 4, t0);                                                           \
+        store_f32(d + (r + 1) * 4, t1);                                                     \
+        if (m == role_v) {                                                                  \
+            const long row = gr_row(vr + vr_off, flags & RS_VR_I64);                        \
+            rs_store(AT(vc, r, row, 0, 0), t0, flags & RS_VC_F16);                          \
+            rs_store(AT(vc, r + 1, row, 0, 0), t1, flags & RS_VC_F16);                      \
+        } else {                                                                            \
+            const int is_k = m == role_k;                                                   \
+            const long hd = is_k ? ko_ne.s0 : qo_ne.s0;                                     \
+            const long j = (r % hd) / 2, head = r / hd;                                     \
+            float y0 = t0, y1 = t1;                                                         \
+            if (2 * j < n_dims) {                                                           \
+                const float p = (float)*(const __global int *)(pos + pos_off);              \
+                const float2 cs = rs_cos_sin((int)j, p, theta_scale, ff, ff_off, has_ff,    \
+                                             freq_scale, ext_factor, attn_factor, corr0,    \
+                                             corr1);                                        \
+                y0 = t0 * cs.x - t1 * cs.y;                                                 \
+                y1 = t0 * cs.y + t1 * cs.x;                                                 \
+            }                                                                               \
+            if (is_k) {                                                                     \
+                store_f32(AT(ko, 2 * j, head, 0, 0), y0);                                   \
+                store_f32(AT(ko, 2 * j + 1, head, 0, 0), y1);                               \
+                const long row = gr_row(kr + kr_off, flags & RS_KR_I64);                    \
+                rs_store(AT(kc, r, row, 0, 0), y0, flags & RS_KC_F16);                      \
+                rs_store(AT(kc, r + 1, row, 0, 0), y1, flags & RS_KC_F16);                  \
+            } else {                                                                        \
+                store_f32(AT(qo, 2 * j, head, 0, 0), y0);                                   \
+                store_f32(AT(qo, 2 * j + 1, head, 0, 0), y1);                               \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+// The cache row of the token (its row index, I64 or I32).
+inline long gr_row(const __global char *idx, int i64) {
+    return i64 ? *(const __global long *)idx : (long)*(const __global int *)idx;
+}
+
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0)
