@@ -1,7 +1,9 @@
-//! FLASH_ATTN_EXT lowering choices. GPUs, for the decode shape, get the
+//! FLASH_ATTN_EXT lowering choices. GPUs, for the decode shape, get a
 //! split-KV kernel of `fa_split.cl` (one work-group per query, KV chunk and
 //! head; the last group of a query and head merges the chunks, so it is one
-//! launch), so a single token fills the device; for more queries (a prompt)
+//! launch), so a single token fills the device: `kernel_fa_vec` (warps own
+//! whole K/V rows) for F16 K/V with 8-byte aligned rows, `kernel_fa_split`
+//! otherwise; for more queries (a prompt)
 //! the tiled kernel of `fa_tile.cl`, whose work-groups share each staged K/V
 //! tile among many query rows. Elsewhere (PoCL by default) the portable,
 //! CPU-exact kernel runs.

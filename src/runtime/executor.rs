@@ -70,10 +70,15 @@ impl<'k> ArgBinder<'k> {
         unsafe { self.kernel.set_arg(self.next, &mem) }.cl("clSetKernelArg")?;
         Ok(Some(buf))
     }
-    fn slots(&mut self, v: &[u64]) -> Option<&mut Self> {
-        let pack = self.pack.as_mut()?;
-        pack.extend_from_slice(v);
-        Some(self)
+    /// A scalar: its slots when packed, else the value as one argument.
+    fn scalar<T>(&mut self, slots: &[u64], v: &T) -> Result<&mut Self> {
+        match self.pack.as_mut() {
+            Some(pack) => {
+                pack.extend_from_slice(slots);
+                Ok(self)
+            }
+            None => self.raw(v),
+        }
     }
     fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
         // SAFETY: T is a plain value whose size matches the kernel parameter at
@@ -87,60 +92,35 @@ impl<'k> ArgBinder<'k> {
     /// (PTENSOR + PK_TENSOR): the pointer, then 9 slots.
     pub fn tensor(&mut self, t: &Operand) -> Result<&mut Self> {
         self.raw(&t.mem)?;
-        let ne = t.ne.map(|v| v as u64);
-        let mut v = [t.offset, 0, 0, 0, 0, 0, 0, 0, 0];
-        v[1..5].copy_from_slice(&ne);
-        v[5..].copy_from_slice(&t.nb);
-        match self.slots(&v) {
-            Some(_) => Ok(self),
-            None => self.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb),
+        if let Some(pack) = self.pack.as_mut() {
+            pack.push(t.offset);
+            pack.extend(t.ne.map(|x| x as u64));
+            pack.extend_from_slice(&t.nb);
+            return Ok(self);
         }
+        self.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb)
     }
     /// A pointer and a byte offset.
     pub fn ptr(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
-        self.raw(&mem)?.u64(offset)
-    }
-    fn u64(&mut self, v: u64) -> Result<&mut Self> {
-        match self.slots(&[v]) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.raw(&mem)?.scalar(&[offset], &offset)
     }
     pub fn i32(&mut self, v: i32) -> Result<&mut Self> {
-        match self.slots(&[v as u32 as u64]) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&[v as u32 as u64], &v)
     }
     pub fn u32(&mut self, v: u32) -> Result<&mut Self> {
-        match self.slots(&[v as u64]) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&[v as u64], &v)
     }
     pub fn f32(&mut self, v: f32) -> Result<&mut Self> {
-        match self.slots(&[v.to_bits() as u64]) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&[v.to_bits() as u64], &v)
     }
     pub fn u64x4(&mut self, v: [u64; 4]) -> Result<&mut Self> {
-        match self.slots(&v) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&v, &v)
     }
     pub fn i64(&mut self, v: i64) -> Result<&mut Self> {
-        match self.slots(&[v as u64]) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&[v as u64], &v)
     }
     pub fn i64x4(&mut self, v: [i64; 4]) -> Result<&mut Self> {
-        match self.slots(&v.map(|x| x as u64)) {
-            Some(_) => Ok(self),
-            None => self.raw(&v),
-        }
+        self.scalar(&v.map(|x| x as u64), &v)
     }
 }
 
