@@ -9,7 +9,7 @@
 
 use super::mul_mat::MatmulKernel;
 use crate::config;
-use crate::ggml::types::GgmlType::{self, F16, Q4_0, Q8_0};
+use crate::ggml::types::GgmlType::{self, F16, Q4K, Q4_0, Q6K, Q8_0};
 use crate::runtime::executor::Operand;
 use crate::runtime::Device;
 
@@ -76,10 +76,13 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             local: [MM_T, MM_T, 1],
         });
     }
-    // Q4_0 and Q8_0 kernels compute two rows a row group, F16 one.
+    // Quantized kernels compute two rows a row group, F16 one. Q4_K and
+    // Q6_K read Q8_K activations (activation_format), the others Q8_1.
     let (name, rows_per_group) = match wtype {
         Q4_0 => ("kernel_mul_mv_q4_0", 2 * MV_ROWS),
         Q8_0 => ("kernel_mul_mv_q8_0", 2 * MV_ROWS),
+        Q4K => ("kernel_mul_mv_q4_k", 2 * MV_ROWS),
+        Q6K => ("kernel_mul_mv_q6_k", 2 * MV_ROWS),
         F16 => ("kernel_mul_mv_f16", MV_ROWS),
         _ => return None,
     };

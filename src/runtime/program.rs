@@ -70,6 +70,8 @@ pub const PACKED: &[&str] = &[
     "kernel_fused_rms_norm_wide",
     "kernel_mul_mv_q4_0",
     "kernel_mul_mv_q8_0",
+    "kernel_mul_mv_q4_k",
+    "kernel_mul_mv_q6_k",
     "kernel_mul_mv_group_q4_0",
     "kernel_mul_mv_group_q8_0",
     "kernel_mul_mv_group_rope_q4_0",

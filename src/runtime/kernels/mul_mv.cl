@@ -129,6 +129,93 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
     return sum;
 }
 
+// K-quant weights against Q8_K activations (float d, int8 q[256], int16
+// sums of each 16 q): the activation format their portable kernels use, so
+// the planner's activation path is the same. A unit is 32 elements of a
+// super-block (nblocks counts units: ne0 / 32); lanes stride over units.
+#define Q8_K_BLOCK 292
+
+// Q4_K: unit j of super-block ib is sub-block j: scale sc and min m (6 bits
+// each, ggml's get_scale_min_k4), 4-bit codes in nibble (j & 1) of qs[32 *
+// (j / 2) + l]. Sum: d * sc * sum(code * q_a) - dmin * m * sum(q_a), times d_a.
+inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, int asum) {
+    const __global uchar *sb = (const __global uchar *)(wb + 4);
+    int sc, m;
+    if (j < 4) {
+        sc = sb[j] & 63;
+        m = sb[j + 4] & 63;
+    } else {
+        sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
+        m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+    }
+    const int8 q = vload8(0, (const __global int *)(wb + 16 + 32 * (j >> 1)));
+    const int sh = 4 * (j & 1);
+    int isum = 0;
+    isum = dot4((q.s0 >> sh) & 0x0F0F0F0F, a.s0, isum);
+    isum = dot4((q.s1 >> sh) & 0x0F0F0F0F, a.s1, isum);
+    isum = dot4((q.s2 >> sh) & 0x0F0F0F0F, a.s2, isum);
+    isum = dot4((q.s3 >> sh) & 0x0F0F0F0F, a.s3, isum);
+    isum = dot4((q.s4 >> sh) & 0x0F0F0F0F, a.s4, isum);
+    isum = dot4((q.s5 >> sh) & 0x0F0F0F0F, a.s5, isum);
+    isum = dot4((q.s6 >> sh) & 0x0F0F0F0F, a.s6, isum);
+    isum = dot4((q.s7 >> sh) & 0x0F0F0F0F, a.s7, isum);
+    const float d = vload_half(0, (const __global half *)wb);
+    const float dmin = vload_half(1, (const __global half *)wb);
+    return da * (d * (float)sc * (float)isum - dmin * (float)m * (float)asum);
+}
+
+// Q6_K: unit g (32 elements, n = g / 4, k = g % 4) of super-block ib: low 4
+// bits from ql[64n + 32(k & 1) + l] (high nibble for k >= 2), high 2 bits
+// from qh[32n + l] >> 2k, code - 32, int8 scales for each 16. Blocks are
+// 210 bytes, so loads are 2-byte aligned.
+inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da, int as0, int as1) {
+    const int n = g >> 2, k = g & 3;
+    const __global char *ql = wb + 64 * n + 32 * (k & 1);
+    const __global char *qh = wb + 128 + 32 * n;
+    const int shl = 4 * (k >> 1), shh = 2 * k;
+    int code[8];
+    for (int i = 0; i < 8; ++i) {
+        const int lo = (load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
+        const int hi = (load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
+        code[i] = lo | (hi << 4);
+    }
+    int s0 = 0, s1 = 0;
+    s0 = dot4(code[0], a.s0, s0);
+    s0 = dot4(code[1], a.s1, s0);
+    s0 = dot4(code[2], a.s2, s0);
+    s0 = dot4(code[3], a.s3, s0);
+    s1 = dot4(code[4], a.s4, s1);
+    s1 = dot4(code[5], a.s5, s1);
+    s1 = dot4(code[6], a.s6, s1);
+    s1 = dot4(code[7], a.s7, s1);
+    const float d = vload_half(0, (const __global half *)(wb + 208));
+    const float sc0 = (float)wb[192 + 2 * g], sc1 = (float)wb[192 + 2 * g + 1];
+    return da * d * (sc0 * (float)(s0 - 32 * as0) + sc1 * (float)(s1 - 32 * as1));
+}
+
+#define MV_ROW2_K(NAME, UNIT_CALL, BLOCK_BYTES)                                              \
+inline float2 NAME(const __global char *w0, const __global char *w1,                       \
+                   const __global char *arow, long units, int lane) {                       \
+    float2 sum = (float2)(0.0f, 0.0f);                                                      \
+    MV_UNROLL_PRAGMA(MV_UNROLL)                                                             \
+    for (long u = lane; u < units; u += MV_LANES) {                                         \
+        const long ib = u >> 3;                                                             \
+        const int j = (int)(u & 7);                                                         \
+        const __global char *ab = arow + ib * Q8_K_BLOCK;                                   \
+        const float da = *(const __global float *)ab;                                       \
+        const int8 a = vload8(0, (const __global int *)(ab + 4 + 32 * j));                  \
+        const int as0 = *(const __global short *)(ab + 260 + 4 * j);                        \
+        const int as1 = *(const __global short *)(ab + 262 + 4 * j);                        \
+        sum.x += UNIT_CALL(w0 + ib * BLOCK_BYTES);                                          \
+        sum.y += UNIT_CALL(w1 + ib * BLOCK_BYTES);                                          \
+    }                                                                                       \
+    return sum;                                                                             \
+}
+#define Q4_K_UNIT(wb) mv_unit_q4_K((wb), j, a, da, as0 + as1)
+#define Q6_K_UNIT(wb) mv_unit_q6_K((wb), j, a, da, as0, as1)
+MV_ROW2_K(mv_row2_q4_K, Q4_K_UNIT, 144)
+MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
+
 // Q4_0 and Q8_0 matvecs: each row group (32 lanes) computes two adjacent
 // rows in one pass (mv_row2_*), so twice the weight loads are in flight and
 // the activation is loaded once for both; MV_ROWS row groups a work-group.
@@ -162,6 +249,8 @@ kernel void NAME(PCTENSOR(w), __global const char *act, PTENSOR(dst), PK_PARAMS)
 
 MV2_KERNEL(kernel_mul_mv_q4_0, mv_row2_q4_0)
 MV2_KERNEL(kernel_mul_mv_q8_0, mv_row2_q8_0)
+MV2_KERNEL(kernel_mul_mv_q4_k, mv_row2_q4_K)
+MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 
 // ---------------------------------------------------------------------------
 // Fused decode matmuls (passes/fuse): one activation row (Q8_1), 2-D weights
