@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::ggml::types::GgmlType;
 use crate::ir::{Graph, Node, Op, TensorType, Value};
 use crate::runtime::buffer::finish_event;
-use crate::runtime::executor::{Launch, Operand};
+use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use opencl3::command_queue as cq;
 use opencl3::types::cl_mem;
 use std::ffi::c_void;
@@ -91,17 +91,47 @@ pub fn scratch_bytes(g: &Graph, device_is_gpu: bool) -> usize {
     (counters + partials) as usize
 }
 
+/// What every flash-attention kernel takes: the operands [q, k, v, mask,
+/// dst] and the scalars, bound in each kernel's order by `bind_inputs`
+/// (q, k, v, mask, has_mask) and `bind_params` (scale, max_bias, m0, m1,
+/// n_head_log2, softcap).
+pub struct FaArgs {
+    pub ops: [Operand; 5],
+    pub has_mask: bool,
+    /// scale (already divided by softcap), max_bias, m0, m1, softcap.
+    pub params: [f32; 5],
+    pub n_head_log2: u32,
+}
+
+impl FaArgs {
+    pub fn bind_inputs(&self, a: &mut ArgBinder) -> Result<()> {
+        let [q, k, v, mask, _] = &self.ops;
+        a.tensor(q)?
+            .tensor(k)?
+            .tensor(v)?
+            .tensor(mask)?
+            .i32(self.has_mask as i32)?;
+        Ok(())
+    }
+    pub fn bind_params(&self, a: &mut ArgBinder) -> Result<()> {
+        let [scale, max_bias, m0, m1, softcap] = self.params;
+        a.f32(scale)?
+            .f32(max_bias)?
+            .f32(m0)?
+            .f32(m1)?
+            .u32(self.n_head_log2)?
+            .f32(softcap)?;
+        Ok(())
+    }
+}
+
 /// Pushes the split launch if it applies; false leaves the node to the
 /// portable kernel. `id` is the node's index in the graph.
-#[allow(clippy::too_many_arguments)]
 pub fn lower_split(
     b: &mut Binder,
     id: usize,
     n: &Node,
-    ops: [Operand; 5],
-    has_mask: bool,
-    params: [f32; 6],
-    n_head_log2: u32,
+    fa: &FaArgs,
     out: &mut Vec<Launch>,
 ) -> Result<bool> {
     let g = b.graph;
@@ -111,8 +141,7 @@ pub fn lower_split(
     let Some((scratch, size)) = b.scratch else {
         return Ok(false);
     };
-    let [q, k, v, mask, dst] = ops;
-    let [scale, max_bias, m0, m1, softcap, _] = params;
+    let [q, k, v, _, dst] = fa.ops;
     let (counters, _) = layout(g, b.device.is_gpu);
     // The matmul scratch ends 128-aligned; aligning again only guards the
     // counters' atomics should that change (the size check then fails safe).
@@ -148,21 +177,12 @@ pub fn lower_split(
         Some([wg, 1, 1]),
         "flash_attn",
         |a| {
-            a.tensor(&q)?
-                .tensor(&k)?
-                .tensor(&v)?
-                .tensor(&mask)?
-                .i32(has_mask as i32)?;
+            fa.bind_inputs(a)?;
             a.ptr(scratch, part_off)?
                 .ptr(scratch, cnt_off)?
                 .i32(chunk_len as i32)?
                 .i32(n_chunks as i32)?;
-            a.f32(scale)?
-                .f32(max_bias)?
-                .f32(m0)?
-                .f32(m1)?
-                .u32(n_head_log2)?
-                .f32(softcap)?;
+            fa.bind_params(a)?;
             a.tensor(&dst)?;
             match q8 {
                 Some(t) => a.i32(1)?.ptr(t.mem, t.offset)?,
@@ -192,16 +212,7 @@ fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bo
 /// Pushes the tiled launch for GPUs (any query count the split kernel did
 /// not take, which is the prompt shape, or the decode shape when the plan has
 /// no scratch); false leaves the node to the portable kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn lower_tiled(
-    b: &mut Binder,
-    n: &Node,
-    ops: [Operand; 5],
-    has_mask: bool,
-    params: [f32; 6],
-    n_head_log2: u32,
-    out: &mut Vec<Launch>,
-) -> Result<bool> {
+pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>) -> Result<bool> {
     let g = b.graph;
     if !fast(b.device.is_gpu) || !matches!(n.op, Op::FlashAttn { .. }) {
         return Ok(false);
@@ -210,7 +221,7 @@ pub fn lower_tiled(
     if tq.dtype != GgmlType::F32 || tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16 {
         return Ok(false);
     }
-    let [q, k, v, mask, dst] = ops;
+    let [q, k, v, _, dst] = fa.ops;
     let d = q.ne[0].max(v.ne[0]);
     // (name, query rows per group, work-items): the kernel's own tiling.
     let (name, rows, wg) = match d {
@@ -222,7 +233,6 @@ pub fn lower_tiled(
     if k.ne[2] <= 0 || q.ne[2] % k.ne[2] != 0 || q.ne[1] <= 0 {
         return Ok(false);
     }
-    let [scale, max_bias, m0, m1, softcap, _] = params;
     let groups = (q.ne[1] as usize).div_ceil(rows);
     let heads = (q.ne[2] * q.ne[3]) as usize;
     out.push(grid(
@@ -233,17 +243,8 @@ pub fn lower_tiled(
         Some([wg, 1, 1]),
         "flash_attn",
         |a| {
-            a.tensor(&q)?
-                .tensor(&k)?
-                .tensor(&v)?
-                .tensor(&mask)?
-                .i32(has_mask as i32)?;
-            a.f32(scale)?
-                .f32(max_bias)?
-                .f32(m0)?
-                .f32(m1)?
-                .u32(n_head_log2)?
-                .f32(softcap)?;
+            fa.bind_inputs(a)?;
+            fa.bind_params(a)?;
             a.tensor(&dst)?;
             Ok(())
         },

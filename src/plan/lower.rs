@@ -415,12 +415,15 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             } else {
                 *scale
             };
-            let ops = [q, k, vv, mask, dst];
-            let params = [scale, *max_bias, m0, m1, *softcap, 0.0];
-            if super::flash_attn::lower_split(b, id, n, ops, *has_mask, params, n_head_log2, out)? {
-                return Ok(());
-            }
-            if super::flash_attn::lower_tiled(b, n, ops, *has_mask, params, n_head_log2, out)? {
+            let fa = super::flash_attn::FaArgs {
+                ops: [q, k, vv, mask, dst],
+                has_mask: *has_mask,
+                params: [scale, *max_bias, m0, m1, *softcap],
+                n_head_log2,
+            };
+            if super::flash_attn::lower_split(b, id, n, &fa, out)?
+                || super::flash_attn::lower_tiled(b, n, &fa, out)?
+            {
                 return Ok(());
             }
             let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];
@@ -432,19 +435,9 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 Some([ROW_WG, 1, 1]),
                 "flash_attn",
                 |a| {
-                    a.tensor(&q)?
-                        .tensor(&k)?
-                        .tensor(&vv)?
-                        .tensor(&mask)?
-                        .i32(*has_mask as i32)?
-                        .tensor(&dst)?;
-                    a.f32(scale)?
-                        .f32(*max_bias)?
-                        .f32(m0)?
-                        .f32(m1)?
-                        .u32(n_head_log2)?
-                        .f32(*softcap)?;
-                    Ok(())
+                    fa.bind_inputs(a)?;
+                    a.tensor(&dst)?;
+                    fa.bind_params(a)
                 },
             )?);
             Ok(())
