@@ -21,8 +21,8 @@ ensure_host
 stage "3/10 cargo fmt --check"
 cargo fmt --check
 
-stage "4/10 cargo clippy --release -- -D warnings"
-cargo clippy --release -- -D warnings
+stage "4/10 cargo clippy --release --all-targets -- -D warnings"
+cargo clippy --release --all-targets -- -D warnings
 
 stage "5/10 cargo build --release + install"
 build_polycl

@@ -12,6 +12,9 @@ use ggml_polycl::capi::decoder::*;
 use ggml_polycl::capi::{polycl_last_error, PolyclStatus};
 use std::ffi::{c_char, c_void, CStr, CString};
 
+/// A generated node: op name, op params, sources, outputs (type, ne).
+type RandomOp<'a> = (&'a str, Vec<u8>, Vec<RawSource>, Vec<(i32, [i64; 4])>);
+
 /// Reads the byte string as a stream of choices (zeros once it runs out).
 struct Bytes<'a> {
     data: &'a [u8],
@@ -140,7 +143,7 @@ impl Desc {
 
     fn new(data: &[u8]) -> Desc {
         let mut b = Bytes { data, pos: 0 };
-        if b.u8() % 4 != 0 {
+        if !b.u8().is_multiple_of(4) {
             return Desc::plausible(&mut b);
         }
         Desc::hostile(&mut b)
@@ -212,40 +215,39 @@ impl Desc {
             let v = pool[b.below(pool.len())];
             let same = [n0, t, 1, 1];
             let f = |x: f32| x.to_ne_bytes().to_vec();
-            let (op, params, inputs, outs): (&str, Vec<u8>, Vec<RawSource>, Vec<(i32, [i64; 4])>) =
-                match b.u8() % 8 {
-                    0 => ("SCALE", [f(0.5), f(0.0)].concat(), vec![v], vec![(0, same)]),
-                    1 => (
-                        "ADD",
+            let (op, params, inputs, outs): RandomOp = match b.u8() % 8 {
+                0 => ("SCALE", [f(0.5), f(0.0)].concat(), vec![v], vec![(0, same)]),
+                1 => (
+                    "ADD",
+                    vec![],
+                    vec![v, pool[b.below(pool.len())]],
+                    vec![(0, same)],
+                ),
+                2 => ("RMS_NORM", f(1e-5), vec![v], vec![(0, same)]),
+                3 => ("MUL_MAT", vec![], vec![src(2, 0, 0), v], vec![(0, same)]),
+                4 if !caches_left.is_empty() => {
+                    let c = caches_left.remove(0);
+                    (
+                        "SET_ROWS",
                         vec![],
-                        vec![v, pool[b.below(pool.len())]],
-                        vec![(0, same)],
-                    ),
-                    2 => ("RMS_NORM", f(1e-5), vec![v], vec![(0, same)]),
-                    3 => ("MUL_MAT", vec![], vec![src(2, 0, 0), v], vec![(0, same)]),
-                    4 if !caches_left.is_empty() => {
-                        let c = caches_left.remove(0);
-                        (
-                            "SET_ROWS",
-                            vec![],
-                            vec![v, src(1, 1, 0), src(1, c, 0)],
-                            vec![(1, [n0, -1, 1, 1])],
-                        )
-                    }
-                    5 => (
-                        "TOP_K",
-                        vec![],
-                        vec![v],
-                        vec![(0, [2, t, 1, 1]), (26, [2, t, 1, 1])],
-                    ),
-                    6 => (
-                        "UNARY",
-                        10i32.to_ne_bytes().to_vec(),
-                        vec![v],
-                        vec![(0, same)],
-                    ),
-                    _ => ("CONT", vec![], vec![v], vec![(0, same)]),
-                };
+                        vec![v, src(1, 1, 0), src(1, c, 0)],
+                        vec![(1, [n0, -1, 1, 1])],
+                    )
+                }
+                5 => (
+                    "TOP_K",
+                    vec![],
+                    vec![v],
+                    vec![(0, [2, t, 1, 1]), (26, [2, t, 1, 1])],
+                ),
+                6 => (
+                    "UNARY",
+                    10i32.to_ne_bytes().to_vec(),
+                    vec![v],
+                    vec![(0, same)],
+                ),
+                _ => ("CONT", vec![], vec![v], vec![(0, same)]),
+            };
             let outputs = outs
                 .iter()
                 .enumerate()
@@ -260,7 +262,7 @@ impl Desc {
             if outs[0] == (0, same) {
                 pool.push(src(3, j, 0));
             }
-            if op == "SET_ROWS" || op == "TOP_K" || b.u8() % 4 == 0 {
+            if op == "SET_ROWS" || op == "TOP_K" || b.u8().is_multiple_of(4) {
                 d.outputs
                     .push(src(3, j, (op == "TOP_K") as u32 * (b.u8() as u32 % 2)));
             }
@@ -268,7 +270,7 @@ impl Desc {
         if d.outputs.is_empty() {
             d.outputs.push(*pool.last().unwrap());
         }
-        if b.u8() % 3 == 0 {
+        if b.u8().is_multiple_of(3) {
             d.mutate(b);
         }
         d.answers = (0..4).map(|_| b.pick(&[0, 1, 2, 2])).collect();
@@ -338,7 +340,7 @@ impl Desc {
                 _ => b.below(64),
             };
             d.weight_data.push(vec![0x3c; size]);
-            let data = if b.u8() % 32 == 0 {
+            let data = if b.u8().is_multiple_of(32) {
                 std::ptr::null()
             } else {
                 d.weight_data.last().unwrap().as_ptr()
@@ -359,7 +361,7 @@ impl Desc {
             let inputs = (0..b.below(5))
                 .map(|_| Desc::source(b, d.inputs.len(), d.weights.len(), j))
                 .collect();
-            let outputs = (0..1 + (b.u8() % 8 == 0) as usize)
+            let outputs = (0..1 + b.u8().is_multiple_of(8) as usize)
                 .map(|_| d.tensor(b, "n"))
                 .collect();
             d.nodes.push(RawNode {
@@ -373,7 +375,7 @@ impl Desc {
             let s = Desc::source(b, d.inputs.len(), d.weights.len(), d.nodes.len());
             d.outputs.push(s);
         }
-        if b.u8() % 16 == 0 {
+        if b.u8().is_multiple_of(16) {
             d.fail_at = b.below(8);
         }
         d.answers = (0..4).map(|_| b.pick(&[0, 1, 2, 2, 5])).collect();

@@ -216,7 +216,7 @@ fn compile(stateful: bool, dev: &std::sync::Arc<ggml_polycl::runtime::Device>) -
         )));
     }
     let (_, g) = convert(&attention(), &mut passes).unwrap();
-    Request::new(Compiled::new(&g, &[dev.clone()]).unwrap(), 0).unwrap()
+    Request::new(Compiled::new(&g, std::slice::from_ref(dev)).unwrap(), 0).unwrap()
 }
 
 /// Steps of one token per beam; `perm(step)` reorders the beams before the step.
@@ -235,8 +235,8 @@ fn run_both(steps: usize, perm: impl Fn(usize) -> Vec<i32>) {
             let reorder = |c: &[u8]| -> Vec<u8> {
                 let per_beam = c.len() / B as usize;
                 let mut out = Vec::with_capacity(c.len());
-                for b in 0..B as usize {
-                    let s = p[b] as usize;
+                for &s in p.iter().take(B as usize) {
+                    let s = s as usize;
                     out.extend_from_slice(&c[s * per_beam..(s + 1) * per_beam]);
                 }
                 out
@@ -342,7 +342,8 @@ fn top_k_values_and_indices_are_separate_ports_with_dynamic_k() {
     };
     let (_, g) = convert(&desc, &mut []).unwrap();
     for dev in all_devices() {
-        let mut r = Request::new(Compiled::new(&g, &[dev.clone()]).unwrap(), 0).unwrap();
+        let mut r =
+            Request::new(Compiled::new(&g, std::slice::from_ref(&dev)).unwrap(), 0).unwrap();
         let x = f32s(&[
             0.1, 0.9, 0.5, 0.7, 0.9, -1.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0,
         ]);
