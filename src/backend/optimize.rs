@@ -98,19 +98,12 @@ unsafe fn group_sibling_matmuls(g: &mut ggml_cgraph) {
 /// Q, which the allocator would otherwise reuse once Q's rope has read it.
 ///
 /// # Safety
-/// `g` is a valid cgraph; `params` is NULL or ggml's parameters.
-unsafe fn keep_rope_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_optimize_params) {
-    if params.is_null() || g.nodes.is_null() {
-        return;
-    }
-    // SAFETY: non-NULL; ggml's parameters for this call.
-    let p = unsafe { &*params };
-    let Some(add) = p.add_alloc_dep else {
-        return;
-    };
-    let n = g.n_nodes.max(0) as usize;
-    // SAFETY: nodes holds n_nodes non-NULL entries (checked by the caller).
-    let nodes = unsafe { std::slice::from_raw_parts(g.nodes, n) };
+/// `nodes` are a graph's valid nodes.
+unsafe fn keep_rope_inputs(
+    nodes: &[*mut ggml_tensor],
+    keep: &dyn Fn(*mut ggml_tensor, *mut ggml_tensor),
+) {
+    let n = nodes.len();
     for i in 0..n {
         // SAFETY: valid nodes.
         let r = unsafe { &*nodes[i] };
@@ -123,9 +116,7 @@ unsafe fn keep_rope_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_opti
             t.op == OP_ROPE && std::ptr::eq(t.src[1], r.src[1])
         });
         if let Some(j) = next {
-            // SAFETY: ggml's callback with its user data; both tensors belong
-            // to the graph (`until` is one of its nodes).
-            unsafe { add(p.user_data, root(r.src[0]) as *mut ggml_tensor, nodes[j]) };
+            keep(r.src[0], nodes[j]);
         }
     }
 }
@@ -138,20 +129,12 @@ unsafe fn keep_rope_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_opti
 /// row of compute memory.
 ///
 /// # Safety
-/// `g` is a valid cgraph with non-NULL nodes; `params` is NULL or ggml's
-/// parameters.
-unsafe fn keep_norm_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_optimize_params) {
-    if params.is_null() || g.nodes.is_null() {
-        return;
-    }
-    // SAFETY: non-NULL; ggml's parameters for this call.
-    let p = unsafe { &*params };
-    let Some(add) = p.add_alloc_dep else {
-        return;
-    };
-    let n = g.n_nodes.max(0) as usize;
-    // SAFETY: nodes holds n_nodes non-NULL entries (checked by the caller).
-    let nodes = unsafe { std::slice::from_raw_parts(g.nodes, n) };
+/// `nodes` are a graph's valid nodes.
+unsafe fn keep_norm_inputs(
+    nodes: &[*mut ggml_tensor],
+    keep: &dyn Fn(*mut ggml_tensor, *mut ggml_tensor),
+) {
+    let n = nodes.len();
     for i in 0..n {
         // SAFETY: valid nodes; srcs are NULL or valid tensors.
         let norm = unsafe { &*nodes[i] };
@@ -169,11 +152,38 @@ unsafe fn keep_norm_inputs(g: &ggml_cgraph, params: *mut ggml_backend_graph_opti
             t.op == OP_MUL && (std::ptr::eq(t.src[0], nodes[i]) || std::ptr::eq(t.src[1], nodes[i]))
         });
         let until = nodes[mul.unwrap_or(i)];
-        for src in [sum.src[0], sum.src[1]] {
-            // SAFETY: ggml's callback with its user data; both tensors belong
-            // to the graph (`until` is one of its nodes).
-            unsafe { add(p.user_data, root(src) as *mut ggml_tensor, until) };
-        }
+        keep(sum.src[0], until);
+        keep(sum.src[1], until);
+    }
+}
+
+/// Runs the passes that ask ggml's allocator to keep tensors alive longer
+/// (`add_alloc_dep`), if this ggml offers it.
+///
+/// # Safety
+/// `g` is a valid cgraph whose nodes are all non-NULL; `params` is NULL or
+/// ggml's parameters for this call.
+unsafe fn keep_alive(g: &ggml_cgraph, params: *mut ggml_backend_graph_optimize_params) {
+    if params.is_null() || g.nodes.is_null() {
+        return;
+    }
+    // SAFETY: non-NULL; ggml's parameters for this call.
+    let p = unsafe { &*params };
+    let Some(add) = p.add_alloc_dep else {
+        return;
+    };
+    // SAFETY: nodes holds n_nodes non-NULL entries (the caller's contract).
+    let nodes = unsafe { std::slice::from_raw_parts(g.nodes, g.n_nodes.max(0) as usize) };
+    // Keeps the memory of `t` (its root tensor) allocated until `until` ran.
+    let keep = |t: *mut ggml_tensor, until: *mut ggml_tensor| {
+        // SAFETY: ggml's callback with its user data; `t` is a valid tensor
+        // of the graph and `until` one of its nodes.
+        unsafe { add(p.user_data, root(t) as *mut ggml_tensor, until) };
+    };
+    // SAFETY: the nodes are valid (as above).
+    unsafe {
+        keep_rope_inputs(nodes, &keep);
+        keep_norm_inputs(nodes, &keep);
     }
 }
 
@@ -194,14 +204,13 @@ pub unsafe extern "C" fn graph_optimize(
         // SAFETY: non-NULL; ggml passes a valid graph it lets us reorder.
         let g = unsafe { &mut *g };
         // SAFETY: as above; group_sibling_matmuls returns early unless every
-        // node pointer is non-NULL, and keep_rope_inputs checks the same.
+        // node pointer is non-NULL, and keep_alive runs only then.
         unsafe {
             group_sibling_matmuls(g);
             if !g.nodes.is_null()
                 && (0..g.n_nodes.max(0) as usize).all(|i| !(*g.nodes.add(i)).is_null())
             {
-                keep_rope_inputs(g, params);
-                keep_norm_inputs(g, params);
+                keep_alive(g, params);
             }
         }
     })

@@ -134,7 +134,8 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     }
 }
 
-// The split kernels' signature and scalars (both kernels take the same).
+// The split kernels' signature, and their scalars and frame (which query
+// row, chunk, head and KV head this group computes), the same for both.
 #define FA_SPLIT_ARGS                                                                       \
     PCTENSOR(q), PCTENSOR(k), PCTENSOR(v), PCTENSOR(mask), __global float *part,            \
         __global uint *cnt, PTENSOR(dst), __global char *q8, PK_PARAMS
@@ -142,7 +143,28 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     PK_BEGIN PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)        \
     PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
     PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \
-    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)
+    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)                                          \
+    const int l = get_local_id(0);                                                          \
+    const long iq = get_group_id(1) / n_chunks;                                             \
+    const int c = get_group_id(1) % n_chunks;                                               \
+    const long hz = get_group_id(2);                                                        \
+    const long h = hz % q_ne.s2, z = hz / q_ne.s2;                                          \
+    const long hk = h / (q_ne.s2 / k_ne.s2);                                                \
+    const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;                                  \
+    const long row = hz * q_ne.s1 + iq;                                                     \
+    const float slope = fa_slope((uint)h, max_bias, m0, m1, n_head_log2);
+
+// This group's partial softmax state: M and S written (by work-item 0), the
+// returned DV floats of the accumulator for the caller to fill.
+inline __global float *fa_chunk_state(__global float *part, ulong part_off, long row,
+                                      int n_chunks, int c, long DV, float M, float S) {
+    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
+    if (get_local_id(0) == 0) {
+        o[0] = M;
+        o[1] = S;
+    }
+    return o + 2;
+}
 
 // global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
@@ -154,16 +176,8 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     __local float ps[FA_TILE];
     __local float red[FA_WG];
     __local int last;
-    const int l = get_local_id(0);
-    const long iq = get_group_id(1) / n_chunks;
-    const int c = get_group_id(1) % n_chunks;
-    const long hz = get_group_id(2);
-    const long h = hz % q_ne.s2, z = hz / q_ne.s2;
-    const long hk = h / (q_ne.s2 / k_ne.s2);
-    const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;
     for (long d = l; d < DK; d += FA_WG) qs[d] = load_f32(AT(q, d, iq, h, z));
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float slope = fa_slope((uint)h, max_bias, m0, m1, n_head_log2);
     float M = -INFINITY, S = 0.0f;
     float acc[FA_PER];
     for (int i = 0; i < FA_PER; ++i) acc[i] = 0.0f;
@@ -211,15 +225,10 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    const long row = hz * q_ne.s1 + iq;
-    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
-    if (l == 0) {
-        o[0] = M;
-        o[1] = S;
-    }
+    __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
     for (int i = 0; i < FA_PER; ++i) {
         const long d = l + i * FA_WG;
-        if (d < DV) o[2 + d] = acc[i];
+        if (d < DV) o[d] = acc[i];
     }
 
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
@@ -264,16 +273,8 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     __local float warps[FV_WARPS];
     __local float accs[FV_WARPS * FA_MAX_D];
     __local int last;
-    const int l = get_local_id(0);
     const int lane = l % 32, warp = l / 32;
     __local float *wred = red + warp * 32;
-    const long iq = get_group_id(1) / n_chunks;
-    const int c = get_group_id(1) % n_chunks;
-    const long hz = get_group_id(2);
-    const long h = hz % q_ne.s2, z = hz / q_ne.s2;
-    const long hk = h / (q_ne.s2 / k_ne.s2);
-    const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;
-    const float slope = fa_slope((uint)h, max_bias, m0, m1, n_head_log2);
 
     float4 qv[FV_SLOTS];
     for (int i = 0; i < FV_SLOTS; ++i) {
@@ -357,16 +358,11 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    const long row = hz * q_ne.s1 + iq;
-    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
-    if (l == 0) {
-        o[0] = M;
-        o[1] = S;
-    }
+    __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
     for (long d = l; d < DV; d += FV_WG) {
         float a = 0.0f;
         for (int w = 0; w < FV_WARPS; ++w) a += accs[w * FA_MAX_D + d];
-        o[2 + d] = a;
+        o[d] = a;
     }
     // accs[0..DV) is read above by other work-items: the barrier inside the
     // helper comes before it writes `outs`.

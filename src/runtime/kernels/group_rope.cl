@@ -26,7 +26,7 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
         store_f32(d + r * 4, t0);                                                           \
         store_f32(d + (r + 1) * 4, t1);                                                     \
         if (m == role_v) {                                                                  \
-            const long row = gr_row(vr + vr_off, flags & RS_VR_I64);                        \
+            const long row = rs_index(vr + vr_off, flags & RS_VR_I64);                      \
             rs_store(AT(vc, r, row, 0, 0), t0, flags & RS_VC_F16);                          \
             rs_store(AT(vc, r + 1, row, 0, 0), t1, flags & RS_VC_F16);                      \
         } else {                                                                            \
@@ -45,7 +45,7 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
             if (is_k) {                                                                     \
                 store_f32(AT(ko, 2 * j, head, 0, 0), y0);                                   \
                 store_f32(AT(ko, 2 * j + 1, head, 0, 0), y1);                               \
-                const long row = gr_row(kr + kr_off, flags & RS_KR_I64);                    \
+                const long row = rs_index(kr + kr_off, flags & RS_KR_I64);                  \
                 rs_store(AT(kc, r, row, 0, 0), y0, flags & RS_KC_F16);                      \
                 rs_store(AT(kc, r + 1, row, 0, 0), y1, flags & RS_KC_F16);                  \
             } else {                                                                        \
@@ -54,11 +54,6 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
-}
-
-// The cache row of the token (its row index, I64 or I32).
-inline long gr_row(const __global char *idx, int i64) {
-    return i64 ? *(const __global long *)idx : (long)*(const __global int *)idx;
 }
 
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0)

@@ -20,10 +20,14 @@
 #define RS_VR_I64 8   // V row indices are I64 (else I32)
 #define RS_NEOX   16  // NEOX mode (halves) instead of NORMAL (adjacent pairs)
 
+// A row index (I64 or I32) at p.
+inline long rs_index(const __global char *p, int i64) {
+    return i64 ? *(const __global long *) p : (long) *(const __global int *) p;
+}
+
 inline long rs_row(const __global char *idx, ulong idx_off, long4 idx_ne, ulong4 idx_nb,
                    int i64, long i01, long i02, long i03) {
-    const __global char *p = AT(idx, i01, i02 % idx_ne.s1, i03 % idx_ne.s2, 0);
-    return i64 ? *(const __global long *) p : (long) *(const __global int *) p;
+    return rs_index(AT(idx, i01, i02 % idx_ne.s1, i03 % idx_ne.s2, 0), i64);
 }
 
 inline void rs_store(__global char *p, float v, int f16) {
