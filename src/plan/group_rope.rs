@@ -26,12 +26,12 @@ pub fn lower(
     let ty = |i: usize| g.ty(n.inputs[i]).dtype;
     let flags = flags(n, &p.rope, [ty(4), ty(5), ty(6), ty(7)])?;
     let name = format!("kernel_mul_mv_group_rope_{}", suffix(b, n.inputs[0], n)?);
-    let ws = [0, 1, 2].map(|k| b.operand(n.inputs[k]));
-    let ds = [0, 1, 2].map(|k| b.operand(Value::new(id, k)));
-    let [w0, w1, w2] = ws;
-    let ws = [w0?, w1?, w2?];
-    let [d0, d1, d2] = ds;
-    let ds = [d0?, d1?, d2?];
+    let ws = (0..3)
+        .map(|k| b.operand(n.inputs[k]))
+        .collect::<Result<Vec<_>>>()?;
+    let ds = (0..3)
+        .map(|k| b.operand(Value::new(id, k)))
+        .collect::<Result<Vec<_>>>()?;
     let pos = b.operand(n.inputs[3])?;
     let kr = b.operand(n.inputs[5])?;
     let vr = b.operand(n.inputs[7])?;
@@ -40,8 +40,12 @@ pub fn lower(
     } else {
         pos
     };
-    let [qo, ko, kc, vc] = [3, 4, 5, 6].map(|k| b.operand(Value::new(id, k)));
-    let (qo, ko, kc, vc) = (qo?, ko?, kc?, vc?);
+    let [qo, ko, kc, vc] = [
+        b.operand(Value::new(id, 3))?,
+        b.operand(Value::new(id, 4))?,
+        b.operand(Value::new(id, 5))?,
+        b.operand(Value::new(id, 6))?,
+    ];
     let (act, act_off) = q8_activation(b, n, out)?;
     let (global, local, g0, g1) = group_layout(&ws);
     let roles = p.roles.map(i32::from);
