@@ -7,6 +7,7 @@
 #   stage=build  bash scripts/bench-gpu.sh   # starts the CUDA build (background)
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
 #   stage=all    bash scripts/bench-gpu.sh   # build, models, profile, bench, greedy, backend ops
+#   CUDA=OFF stage=step bash scripts/bench-gpu.sh  # polycl alone: step kernel off/on
 #   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on, launches and host
 #                                            # enqueue time per token, time to first token
 set -uo pipefail
@@ -71,6 +72,35 @@ greedy_check() { # same greedy tokens from CUDA and polycl on the small test mod
       if [[ -n "$a" && "$a" == "$b" ]]; then echo "greedy $(basename "$m") fa=$fa: same tokens"
       else echo "greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  CUDA   $a"; echo "  polycl $b"; fi
     done
+  done
+}
+
+step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy tokens, launches
+  local m s fa a b
+  for m in "$W/m7-q4_0.gguf" "$W/m1-q4_0.gguf"; do
+    for s in 0 1; do
+      echo "== $(basename "$m") POLYCL_STEP=$s"
+      POLYCL_STEP=$s GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 \
+        -fa 0,1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error"
+    done
+  done
+  cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
+    -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
+  for m in target/gpu/models/*.gguf "$W/m1-q4_0.gguf"; do
+    [[ -f $m ]] || continue
+    for fa in on off; do
+      a=$(POLYCL_STEP=0 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 \
+        --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      b=$(POLYCL_STEP=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 \
+        --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      if [[ -n "$a" && "$a" == "$b" ]]; then echo "step greedy $(basename "$m") fa=$fa: same tokens"
+      else echo "step greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  step 0 $a"; echo "  step 1 $b"; fi
+    done
+  done
+  for fa in on off; do
+    POLYCL_LOG=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$W/m7-q4_0.gguf" --dev POLYCL0 --fa $fa \
+      -n 16 --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "step kernel|graph compute: .* launches" | tail -n 3 |
+      sed "s/^/fa $fa: /"
   done
 }
 
@@ -143,6 +173,10 @@ case ${stage:-bench} in
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0; greedy_check; backend_ops ;;
   profile) models; profile ;;
+  step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
+    build & models; wait; tail -1 "$W/build.log"; step_check
+    GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
+      grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT: /" ;;
   bench)
     models
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0

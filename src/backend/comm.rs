@@ -457,7 +457,7 @@ fn allreduce(c: &Comm, parts: &[Part]) -> Result<()> {
                 local: None,
                 dims: 1,
                 kind: "allreduce",
-                params: None,
+                packed: None,
             });
         }
         let l = acc.as_mut().expect("made");

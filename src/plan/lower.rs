@@ -37,7 +37,7 @@ pub(super) fn flat(
         local: None,
         dims: 1,
         kind,
-        params,
+        packed: params,
     })
 }
 
@@ -60,7 +60,7 @@ pub(super) fn grid(
         local,
         dims: 3,
         kind,
-        params,
+        packed: params,
     })
 }
 

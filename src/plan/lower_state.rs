@@ -29,7 +29,7 @@ fn flat(
         local: None,
         dims: 1,
         kind,
-        params: None,
+        packed: None,
     })
 }
 

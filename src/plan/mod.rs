@@ -33,6 +33,9 @@ pub struct Plan {
     pub free_epoch: u64,
     /// Q8_1 cache slots and the peer work of row-split matmuls.
     pub mm: mul_mat::MatmulState,
+    /// Runs of launches that one step-kernel launch replaces: for each
+    /// launch index, the batch starting there (runtime/step.rs).
+    pub steps: std::collections::HashMap<usize, (usize, crate::runtime::step::Batch)>,
 }
 
 /// Operand resolution while lowering.
@@ -175,8 +178,17 @@ impl Plan {
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
+        let steps = if crate::runtime::step::wanted(device) {
+            crate::runtime::step::batches(device, &launches, |i| binder.mm.plain(i))?
+                .into_iter()
+                .map(|(start, end, batch)| (start, (end, batch)))
+                .collect()
+        } else {
+            Default::default()
+        };
         LIVE_PLANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Plan {
+            steps,
             device: device.clone(),
             launches,
             buffers: binder.buffers.into_values().collect(),
@@ -194,8 +206,18 @@ impl Plan {
         // enqueues the rest, instead of after the last one.
         let every = crate::config::get().flush_every;
         let mut since_flush = 0;
+        let mut step_end = 0;
         for (i, l) in self.launches.iter().enumerate() {
-            if self.mm.before(&self.device, i, l, &mut s)? {
+            let run = self.mm.before(&self.device, i, l, &mut s)?;
+            if let Some((end, batch)) = self.steps.get(&i) {
+                // Plain launches (MatmulState::plain): `run` is true for each.
+                batch.launch.enqueue(&self.device)?;
+                step_end = *end;
+                self.device.flush()?;
+                since_flush = 0;
+                continue;
+            }
+            if run && i >= step_end {
                 l.enqueue(&self.device)?;
                 since_flush += 1;
                 if since_flush == every {

@@ -231,6 +231,12 @@ impl MatmulState {
         }
     }
 
+    /// Whether main launch `i` needs nothing from the host before it: no peer
+    /// work and no Q8_1 cache decision (the step kernel may run it).
+    pub fn plain(&self, i: usize) -> bool {
+        self.q8.launch_slot(i).is_none() && !self.hooks.iter().any(|(at, _)| *at == i)
+    }
+
     /// Runs the peer work due before main launch `i`; says whether launch `i`
     /// itself must run (false: the cache holds what it would compute).
     pub fn before(&self, main: &Device, i: usize, l: &Launch, s: &mut RunState) -> Result<bool> {
@@ -568,7 +574,7 @@ fn lower_split(
                 local: Some(kk.local),
                 dims: 3,
                 kind: "mul_mat",
-                params,
+                packed: params,
             },
             partial: Region {
                 mem,

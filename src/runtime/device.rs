@@ -38,6 +38,8 @@ pub struct Device {
     /// next graph_compute.
     pub failures: AtomicU64,
     pub(crate) programs: Mutex<HashMap<&'static str, Arc<Program>>>,
+    /// Work-groups the step kernel launches here, found once (0: none).
+    pub(crate) step_groups: OnceLock<usize>,
 }
 
 impl Device {
@@ -182,6 +184,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             allocated: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
+            step_groups: OnceLock::new(),
         };
         log::info(&format!(
             "{}: {} ({}, {} MiB, max buffer {} MiB)",

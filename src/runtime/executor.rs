@@ -32,6 +32,17 @@ pub struct ArgBinder<'k> {
     kernel: &'k Kernel,
     next: u32,
     pack: Option<Vec<u64>>,
+    /// A packed kernel's buffer arguments, in order (for the step kernel).
+    mems: Vec<cl_mem>,
+}
+
+/// What a packed kernel was bound with: the uploaded scalars, and the same
+/// buffers and slots again for the step kernel (runtime/step.rs), which runs
+/// the kernel's body as one phase of a longer launch.
+pub struct Packed {
+    pub params: Buffer<u64>,
+    pub mems: Vec<cl_mem>,
+    pub slots: Vec<u64>,
 }
 
 impl<'k> ArgBinder<'k> {
@@ -43,11 +54,12 @@ impl<'k> ArgBinder<'k> {
             kernel,
             next: 0,
             pack: packed.then(Vec::new),
+            mems: Vec::new(),
         }
     }
     /// Binds the packed scalars (a no-op for other kernels) and returns the
     /// buffer that holds them, which must live as long as the launch.
-    pub fn finish(self, device: &Device) -> Result<Option<Buffer<u64>>> {
+    pub fn finish(self, device: &Device) -> Result<Option<Packed>> {
         let Some(mut slots) = self.pack else {
             return Ok(None);
         };
@@ -68,7 +80,11 @@ impl<'k> ArgBinder<'k> {
         let mem = buf.get();
         // SAFETY: the packed kernels' last parameter is a buffer pointer.
         unsafe { self.kernel.set_arg(self.next, &mem) }.cl("clSetKernelArg")?;
-        Ok(Some(buf))
+        Ok(Some(Packed {
+            params: buf,
+            mems: self.mems,
+            slots,
+        }))
     }
     /// A scalar: its slots when packed, else the value as one argument.
     fn scalar<T>(&mut self, slots: &[u64], v: &T) -> Result<&mut Self> {
@@ -79,6 +95,13 @@ impl<'k> ArgBinder<'k> {
             }
             None => self.raw(v),
         }
+    }
+    /// A buffer argument.
+    fn mem(&mut self, mem: &cl_mem) -> Result<&mut Self> {
+        if self.pack.is_some() {
+            self.mems.push(*mem);
+        }
+        self.raw(mem)
     }
     fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
         // SAFETY: T is a plain value whose size matches the kernel parameter at
@@ -91,7 +114,7 @@ impl<'k> ArgBinder<'k> {
     /// TENSOR/CTENSOR: pointer, offset, ne (long4), nb (ulong4); packed
     /// (PTENSOR + PK_TENSOR): the pointer, then 9 slots.
     pub fn tensor(&mut self, t: &Operand) -> Result<&mut Self> {
-        self.raw(&t.mem)?;
+        self.mem(&t.mem)?;
         if let Some(pack) = self.pack.as_mut() {
             pack.push(t.offset);
             pack.extend(t.ne.map(|x| x as u64));
@@ -102,7 +125,7 @@ impl<'k> ArgBinder<'k> {
     }
     /// A pointer and a byte offset.
     pub fn ptr(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
-        self.raw(&mem)?.scalar(&[offset], &offset)
+        self.mem(&mem)?.scalar(&[offset], &offset)
     }
     pub fn i32(&mut self, v: i32) -> Result<&mut Self> {
         self.scalar(&[v as u32 as u64], &v)
@@ -133,7 +156,7 @@ pub struct Launch {
     /// Counted by kind for tests and logs: "mul_mat", "quantize", ...
     pub kind: &'static str,
     /// The packed scalars of a `program::PACKED` kernel (ArgBinder::finish).
-    pub params: Option<Buffer<u64>>,
+    pub packed: Option<Packed>,
 }
 
 /// Launches since process start, for tests that assert launch counts.

@@ -11,6 +11,7 @@ pub mod peer;
 pub mod profile;
 pub mod program;
 pub mod quant;
+pub mod step;
 
 pub use buffer::{DeviceBuffer, BUFFER_ALIGNMENT};
 pub use device::{devices, Device};

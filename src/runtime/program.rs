@@ -8,7 +8,7 @@ use opencl3::kernel::Kernel;
 use opencl3::program::Program;
 use std::sync::Arc;
 
-const COMMON: &str = include_str!("kernels/common.cl");
+pub(crate) const COMMON: &str = include_str!("kernels/common.cl");
 const QUANT: &str = include_str!("kernels/quant.cl");
 const LIBM: &str = include_str!("kernels/libm.cl");
 
@@ -87,15 +87,25 @@ const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
 
 /// Builds `source` for `device`; on failure the error carries the build log.
 pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
+    build_source_with(device, name, source, "")
+}
+
+/// `build_source` with more build options (`extra`, e.g. `-DPOLYCL_STEP`).
+pub fn build_source_with(
+    device: &Device,
+    name: &str,
+    source: &str,
+    extra: &str,
+) -> Result<Program> {
     let mut program =
         Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
     // Vendor-specific code paths (inline PTX) are chosen per device here, at
     // run time, never when polycl is compiled.
     let unroll = crate::config::get().mv_unroll;
     let options = if device.is_nvidia {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} -DPOLYCL_NVIDIA=1")
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} -DPOLYCL_NVIDIA=1 {extra}")
     } else {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll}")
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {extra}")
     };
     if let Some(cached) = super::binary_cache::load(device, source, &options) {
         return Ok(cached);

@@ -16,8 +16,29 @@
 // costs microseconds more per launch for large scalar argument lists.
 #define PTENSOR(t)  __global char *t
 #define PCTENSOR(t) __global const char *t
+#ifndef POLYCL_STEP
 #define PK_PARAMS __constant ulong *pk
 #define PK_BEGIN int pk_i = 0;
+// Local arrays of a packed kernel (a phase of the step kernel takes them
+// from the step kernel's local memory instead).
+#define LOCAL_ARRAY(T, name, n) __local T name[n]
+#else
+// The step program (step.cl, runtime/step.rs): every packed kernel in it
+// becomes a function the persistent step kernel calls once per virtual work-
+// group. OpenCL C allows __local variables only at kernel scope, so a phase
+// carves its local arrays out of `step_lmem`; its group ids are `step_vg`
+// (the step kernel runs 1-D, so get_local_size(1) == 1 and get_local_id(1)
+// == 0 and get_global_id(d) follows from the group id); its scalars come
+// from global memory, since a whole step's do not fit in a constant buffer.
+#define PK_PARAMS __global const ulong *pk, const uint4 step_vg, __local char *step_lmem
+#define PK_BEGIN int pk_i = 0; uint step_lm = 0;
+#define LOCAL_ARRAY(T, name, n)                                                       \
+    __local T *name = (__local T *)(step_lmem + step_lm);                             \
+    step_lm += ((uint)((n) * sizeof(T)) + 15u) & ~15u;
+#define kernel inline
+#define get_group_id(d) ((d) == 0 ? step_vg.x : ((d) == 1 ? step_vg.y : step_vg.z))
+#define get_global_id(d) (get_group_id(d) * get_local_size(d) + get_local_id(d))
+#endif
 #define PK_TENSOR(t)                                                                  \
     const ulong t##_off = pk[pk_i];                                                   \
     const long4 t##_ne = as_long4((ulong4)(pk[pk_i + 1], pk[pk_i + 2], pk[pk_i + 3], pk[pk_i + 4])); \

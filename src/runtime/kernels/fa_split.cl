@@ -170,6 +170,7 @@ inline __global float *fa_chunk_state(__global float *part, ulong part_off, long
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
 // blocks in dst's element order, which the caller checked is contiguous F32
 // with DV % 32 == 0.
+#ifndef POLYCL_STEP
 kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     FA_SPLIT_PARAMS
     __local float qs[FA_MAX_D];
@@ -234,6 +235,7 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
                      dst_ne, dst_nb, has_q8, q8, q8_off, qs, &last, FA_WG);
 }
+#endif // POLYCL_STEP
 
 // The warp-cooperative decode kernel: same arguments, grid {FV_WG, n_q *
 // n_chunks, n_head * ne3}, local {FV_WG, 1, 1}. A warp owns whole keys and
@@ -268,11 +270,11 @@ inline float fv_group_reduce(float v, int is_max, __local float *red, __local fl
 
 kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     FA_SPLIT_PARAMS
-    __local float ps[FV_MAX_CHUNK];
-    __local float red[FV_WG];
-    __local float warps[FV_WARPS];
-    __local float accs[FV_WARPS * FA_MAX_D];
-    __local int last;
+    LOCAL_ARRAY(float, ps, FV_MAX_CHUNK);
+    LOCAL_ARRAY(float, red, FV_WG);
+    LOCAL_ARRAY(float, warps, FV_WARPS);
+    LOCAL_ARRAY(float, accs, FV_WARPS * FA_MAX_D);
+    LOCAL_ARRAY(int, last, 1);
     const int lane = l % 32, warp = l / 32;
     __local float *wred = red + warp * 32;
 
@@ -367,5 +369,5 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     // accs[0..DV) is read above by other work-items: the barrier inside the
     // helper comes before it writes `outs`.
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
-                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, &last, FV_WG);
+                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, last, FV_WG);
 }

@@ -21,6 +21,7 @@
 #define FN_LOCAL_MAX 8192
 #define FN_BATCH 8
 
+#ifndef POLYCL_STEP
 kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
                                   PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
     PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
@@ -94,6 +95,7 @@ kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSO
         }
     }
 }
+#endif // POLYCL_STEP
 
 // The same node over several work-groups per row, for rows whose outputs
 // share no memory with the inputs a and b (the host checks): work-group g
@@ -104,15 +106,20 @@ kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSO
 // alias them.
 //
 // global {FW_WG * ceil(ne0 / FW_WG), ne1, ne2*ne3}, local {FW_WG, 1, 1}.
+// The step program runs it on its 128-wide work-groups: twice the groups.
+#ifdef POLYCL_STEP
+#define FW_WG 128
+#else
 #define FW_WG 256
+#endif
 #define FW_WARPS (FW_WG / 32)
 
 kernel void kernel_fused_rms_norm_wide(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
                                        PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
     PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
     PK_TENSOR(w) PK_TENSOR(dst) PK_FLOAT(eps) PK_ULONG(q8_off) PK_INT(has_q8)
-    __local float red[FW_WG];
-    __local float warps[FW_WARPS];
+    LOCAL_ARRAY(float, red, FW_WG);
+    LOCAL_ARRAY(float, warps, FW_WARPS);
     const int lid = get_local_id(0);
     const int lane = lid % 32, warp = lid / 32;
     const long i1 = get_group_id(1);

@@ -223,7 +223,7 @@ MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
 #define MV2_KERNEL(NAME, ROWDOT2)                                                           \
 kernel void NAME(PCTENSOR(w), __global const char *act, PTENSOR(dst), PK_PARAMS) {          \
     PK_BEGIN PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG4(act_nb) PK_LONG4(b_ne) PK_TENSOR(dst) \
-    __local float scratch_all[MV_ROWS * MV_LANES];                                          \
+    LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
     __local float *scratch = scratch_all + group * MV_LANES;                                \
@@ -262,7 +262,7 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 // matrix's result. Needs the group kernels' arguments w0..w2, act, d0..d2,
 // g0 and g1.
 #define MV_GROUP_ROWS(ROWDOT2)                                                               \
-    __local float scratch_all[MV_ROWS * MV_LANES];                                          \
+    LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
     __local float *scratch = scratch_all + group * MV_LANES;                                \
@@ -299,19 +299,26 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row2_q4_0)
 MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row2_q8_0)
 
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
-// rows a work-group of GLU_WARPS row groups (each MV_ROWS rows of both
-// matrices), so one work-group makes whole Q8_1 blocks of the result for the
-// next matmul (has_q8; needs rows % 32 == 0).
+// rows a work-group of GLU_WARPS row groups (each GLU_ROWS / GLU_WARPS rows
+// of both matrices), so one work-group makes whole Q8_1 blocks of the result
+// for the next matmul (has_q8; needs rows % 32 == 0). The step program runs
+// it with 4 warps (its work-groups are 128 wide), each taking 8 rows.
 // global {ceil(rows / GLU_ROWS) * GLU_WARPS * MV_LANES}, local {GLU_WARPS * MV_LANES}.
+#ifdef POLYCL_STEP
+#define GLU_WARPS 4
+#else
 #define GLU_WARPS 8
-#define GLU_ROWS (GLU_WARPS * MV_ROWS)
+#endif
+#define GLU_ROWS 32
 #define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
 kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(dglu),     \
                  PTENSOR(dgate), PTENSOR(dup), __global char *q8, PK_PARAMS) {              \
     PK_BEGIN PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate) \
     PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8)                                          \
-    __local float scratch_all[GLU_WARPS * MV_LANES];                                        \
-    __local float lg[GLU_ROWS], lu[GLU_ROWS], ly[GLU_ROWS];                                 \
+    LOCAL_ARRAY(float, scratch_all, GLU_WARPS * MV_LANES);                                  \
+    LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \
+    LOCAL_ARRAY(float, lu, GLU_ROWS);                                                       \
+    LOCAL_ARRAY(float, ly, GLU_ROWS);                                                       \
     const int lid = get_local_id(0);                                                        \
     const int lane = lid % MV_LANES;                                                        \
     const int warp = lid / MV_LANES;                                                        \
@@ -320,8 +327,8 @@ kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(d
     const long base = get_group_id(0) * GLU_ROWS;                                           \
     const long nblocks = wg_ne.s0 / QK;                                                     \
     const __global char *arow = act + act_off;                                              \
-    for (int k = 0; k < MV_ROWS; ++k) {                                                     \
-        const int t = warp * MV_ROWS + k;                                                   \
+    for (int k = 0; k < GLU_ROWS / GLU_WARPS; ++k) {                                        \
+        const int t = warp * (GLU_ROWS / GLU_WARPS) + k;                                    \
         const long r = min(base + t, rows - 1);                                             \
         const float2 gu = ROWDOT2(wg + wg_off + r * wg_nb.s1, wu + wu_off + r * wu_nb.s1,   \
                                   arow, nblocks, lane);                                     \
@@ -353,6 +360,7 @@ kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(d
 MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0)
 MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0)
 
+#ifndef POLYCL_STEP
 // F16 weights x F16 activations (converted rows), float accumulation.
 kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
                               long4 b_ne, TENSOR(dst)) {
@@ -468,3 +476,4 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
 
 MM_KERNEL(kernel_mul_mm_q4_0, 18, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
 MM_KERNEL(kernel_mul_mm_q8_0, 34, mm_stage_q8_0, dw * da * (float)s)
+#endif // POLYCL_STEP

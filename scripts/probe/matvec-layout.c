@@ -1,0 +1,248 @@
+// Decode matvec speed by weight layout on one device: Q4_0 weights (ggml's
+// 18-byte blocks, or each row split into its 16-byte code blocks followed by
+// its 2-byte scales) against Q8_1 activations (ggml's 36-byte blocks, or
+// split the same way). Checks each variant against a host reference and
+// prints GPU time per launch (profiling events) and the weight bandwidth.
+// Build: cc -O2 matvec-layout.c -lOpenCL -lm
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *SRC =
+    "#ifdef NV\n"
+    "inline int dot4(int a, int b, int c) { int r; asm volatile(\"dp4a.s32.s32 %0, %1, %2, %3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c)); return r; }\n"
+    "inline float wsum(float v, local float *scr) { for (int m = 16; m >= 1; m >>= 1) { float o;"
+    " asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(o) : \"f\"(v), \"r\"(m)); v += o; } return v; }\n"
+    "#else\n"
+    "inline int dot4(int a, int b, int c) { char4 x = as_char4(a), y = as_char4(b); return c + x.x*y.x + x.y*y.y + x.z*y.z + x.w*y.w; }\n"
+    "inline float wsum(float v, local float *scr) { const int l = get_local_id(0) % 32; scr[l] = v; barrier(CLK_LOCAL_MEM_FENCE);"
+    " float t = 0.0f; for (int i = 0; i < 32; ++i) t += scr[i]; barrier(CLK_LOCAL_MEM_FENCE); return t; }\n"
+    "#endif\n"
+    "inline int ld2(const global char *p) { ushort2 u = vload2(0, (const global ushort *)p); return (int)u.x | ((int)u.y << 16); }\n"
+    "inline int blk(int4 q, int8 a) { int s = 0;\n"
+    "  s = dot4(q.x & 0x0F0F0F0F, a.s0, s); s = dot4((q.x >> 4) & 0x0F0F0F0F, a.s4, s);\n"
+    "  s = dot4(q.y & 0x0F0F0F0F, a.s1, s); s = dot4((q.y >> 4) & 0x0F0F0F0F, a.s5, s);\n"
+    "  s = dot4(q.z & 0x0F0F0F0F, a.s2, s); s = dot4((q.z >> 4) & 0x0F0F0F0F, a.s6, s);\n"
+    "  s = dot4(q.w & 0x0F0F0F0F, a.s3, s); s = dot4((q.w >> 4) & 0x0F0F0F0F, a.s7, s); return s; }\n"
+    // ggml layout: the kernel polycl runs today (two rows a warp).
+    "kernel void aos(const global char *w, const global char *act, global float *dst, int ncols, int nrows) {\n"
+    "  const int lane = get_local_id(0) % 32; const int r = (get_group_id(0) * (get_local_size(0) / 32) + get_local_id(0) / 32) * ROWS;\n"
+    "  const int nb = ncols / 32; const long rb = (long)nb * 18; float sum[ROWS]; local float scr[256];\n"
+    "  for (int m = 0; m < ROWS; ++m) sum[m] = 0.0f;\n"
+    "  _Pragma(\"unroll UNROLL\") for (int ib = lane; ib < nb; ib += 32) {\n"
+    "    const global char *ab = act + ib * 36; const float da = vload_half(0, (const global half *)ab), sa = vload_half(1, (const global half *)ab);\n"
+    "    const int8 a = vload8(0, (const global int *)(ab + 4));\n"
+    "    for (int m = 0; m < ROWS; ++m) { const global char *wb = w + (r + m) * rb + ib * 18;\n"
+    "      const float dw = vload_half(0, (const global half *)wb);\n"
+    "      const int4 q = (int4)(ld2(wb + 2), ld2(wb + 6), ld2(wb + 10), ld2(wb + 14));\n"
+    "      sum[m] += dw * (da * (float)blk(q, a) - 8.0f * sa); } }\n"
+    "  for (int m = 0; m < ROWS; ++m) { const float t = wsum(sum[m], scr + get_local_id(0) / 32 * 32); if (lane == 0 && r + m < nrows) dst[r + m] = t; } }\n"
+    // Split rows: row r = codes (nb x 16 bytes, 16-aligned) then scales (nb
+    // halves); same row size, so row strides and views are unchanged.
+    // Activations: SPLIT_ACT = codes (nb x 32 bytes) then (d, s) half pairs.
+    "kernel void soa(const global char *w, const global char *act, global float *dst, int ncols, int nrows) {\n"
+    "  const int lane = get_local_id(0) % 32; const int r = (get_group_id(0) * (get_local_size(0) / 32) + get_local_id(0) / 32) * ROWS;\n"
+    "  const int nb = ncols / 32; const long rb = (long)nb * 18; float sum[ROWS]; local float scr[256];\n"
+    "  for (int m = 0; m < ROWS; ++m) sum[m] = 0.0f;\n"
+    "  _Pragma(\"unroll UNROLL\") for (int ib = lane; ib < nb; ib += 32) {\n"
+    "#ifdef SPLIT_ACT\n"
+    "    const float2 ds = vload_half2(ib, (const global half *)(act + nb * 32)); const float da = ds.x, sa = ds.y;\n"
+    "    const int8 a = *(const global int8 *)(act + ib * 32);\n"
+    "#else\n"
+    "    const global char *ab = act + ib * 36; const float da = vload_half(0, (const global half *)ab), sa = vload_half(1, (const global half *)ab);\n"
+    "    const int8 a = vload8(0, (const global int *)(ab + 4));\n"
+    "#endif\n"
+    "    for (int m = 0; m < ROWS; ++m) { const global char *row = w + (r + m) * rb;\n"
+    "      const int4 q = *(const global int4 *)(row + ib * 16);\n"
+    "      const float dw = vload_half(ib, (const global half *)(row + nb * 16));\n"
+    "      sum[m] += dw * (da * (float)blk(q, a) - 8.0f * sa); } }\n"
+    "  for (int m = 0; m < ROWS; ++m) { const float t = wsum(sum[m], scr + get_local_id(0) / 32 * 32); if (lane == 0 && r + m < nrows) dst[r + m] = t; } }\n"
+    "kernel void readbw(const global int4 *w, global int *dst, long n) {\n"
+    "  int4 s = 0; for (long i = get_global_id(0); i < n; i += get_global_size(0)) s ^= w[i];\n"
+    "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345) dst[0] = 1; }\n";
+
+static uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+    if (e < 103) return sign;
+    if (e < 113) return sign | ((m | 0x800000) >> (126 - e));
+    return sign | ((e - 112) << 10) | (m >> 13);
+}
+static float h2f(uint16_t h) {
+    uint32_t s = (h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, x;
+    if (e == 0) {
+        float v = m / 1024.0f / 16384.0f;
+        return s ? -v : v;
+    }
+    x = s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+int main(int argc, char **argv) {
+    cl_platform_id p;
+    cl_device_id d;
+    cl_int e;
+    clGetPlatformIDs(1, &p, NULL);
+    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL);
+    char vendor[256];
+    clGetDeviceInfo(d, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    const int nv = strstr(vendor, "NVIDIA") != NULL;
+    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &e);
+    cl_command_queue q = clCreateCommandQueue(ctx, d, CL_QUEUE_PROFILING_ENABLE, &e);
+    const long big = argc > 1 ? atol(argv[1]) : (1L << 30);  // bytes of weights cycled through
+    const int shapes[][2] = {{4096, 4096}, {4096, 22016}, {11008, 4096}, {2048, 2048}};
+    for (int si = 0; si < 4; ++si) {
+        const int ncols = shapes[si][0], nrows = shapes[si][1], nb = ncols / 32;
+        const long mat = (long)nrows * nb * 18;
+        const int ncopies = (int)(big / mat) + 1;
+        uint8_t *aos = malloc(mat), *soa = malloc(mat);
+        uint8_t *act = malloc(nb * 36), *acts = malloc(nb * 36);
+        float *xa = malloc(sizeof(float) * ncols), *ref = malloc(sizeof(float) * nrows), *out = malloc(sizeof(float) * nrows);
+        srand(si + 1);
+        for (long i = 0; i < mat; ++i) aos[i] = rand() & 0xff;
+        for (int r = 0; r < nrows; ++r)
+            for (int b = 0; b < nb; ++b) {
+                uint16_t h = f2h((rand() % 2000 - 1000) / 1e5f);
+                memcpy(aos + ((long)r * nb + b) * 18, &h, 2);
+                memcpy(soa + (long)r * nb * 18 + (long)b * 16, aos + ((long)r * nb + b) * 18 + 2, 16);
+                memcpy(soa + (long)r * nb * 18 + (long)nb * 16 + b * 2, &h, 2);
+            }
+        for (int b = 0; b < nb; ++b) {
+            float da = (rand() % 1000 + 1) / 1e4f;
+            int qs = 0;
+            for (int j = 0; j < 32; ++j) {
+                int8_t v = (int8_t)(rand() % 255 - 127);
+                act[b * 36 + 4 + j] = (uint8_t)v;
+                acts[b * 32 + j] = (uint8_t)v;
+                qs += v;
+            }
+            uint16_t hd = f2h(da), hs = f2h(da * qs);
+            memcpy(act + b * 36, &hd, 2);
+            memcpy(act + b * 36 + 2, &hs, 2);
+            memcpy(acts + nb * 32 + b * 4, &hd, 2);
+            memcpy(acts + nb * 32 + b * 4 + 2, &hs, 2);
+            for (int j = 0; j < 32; ++j) xa[b * 32 + j] = h2f(hd) * (int8_t)act[b * 36 + 4 + j];
+        }
+        for (int r = 0; r < nrows; ++r) {
+            double s = 0;
+            for (int b = 0; b < nb; ++b) {
+                const uint8_t *blk = aos + ((long)r * nb + b) * 18;
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                const float dw = h2f(h);
+                for (int j = 0; j < 16; ++j) {
+                    s += dw * ((blk[2 + j] & 15) - 8) * xa[b * 32 + j];
+                    s += dw * ((blk[2 + j] >> 4) - 8) * xa[b * 32 + 16 + j];
+                }
+            }
+            ref[r] = (float)s;
+        }
+        cl_mem wa = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies, NULL, &e);
+        cl_mem ws = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies, NULL, &e);
+        for (int c = 0; c < ncopies; ++c) {
+            clEnqueueWriteBuffer(q, wa, CL_TRUE, mat * c, mat, aos, 0, NULL, NULL);
+            clEnqueueWriteBuffer(q, ws, CL_TRUE, mat * c, mat, soa, 0, NULL, NULL);
+        }
+        cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, act, &e);
+        cl_mem bs = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, acts, &e);
+        cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
+        struct { const char *kernel; int rows, unroll, warps, split_act; } vs[] = {
+            {"aos", 2, 4, 4, 0}, {"aos", 1, 4, 4, 0}, {"aos", 4, 4, 4, 0}, {"aos", 2, 8, 4, 0},
+            {"soa", 2, 4, 4, 0}, {"soa", 1, 4, 4, 0}, {"soa", 4, 4, 4, 0}, {"soa", 2, 8, 4, 0},
+            {"soa", 2, 4, 4, 1}, {"soa", 4, 4, 4, 1}, {"soa", 2, 4, 8, 1}, {"soa", 1, 4, 2, 1},
+            {"soa", 2, 2, 4, 1}, {"soa", 4, 2, 2, 1},
+        };
+        printf("== %d x %d Q4_0 (%.1f MB, %d copies)\n", ncols, nrows, mat / 1e6, ncopies);
+        for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; ++vi) {
+            char opts[256];
+            snprintf(opts, sizeof opts, "-DROWS=%d -DUNROLL=%d %s %s", vs[vi].rows, vs[vi].unroll,
+                     vs[vi].split_act ? "-DSPLIT_ACT" : "", nv ? "-DNV" : "");
+            cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
+            if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
+                char log[8192];
+                clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+                printf("build failed: %s\n", log);
+                return 1;
+            }
+            cl_kernel k = clCreateKernel(pr, vs[vi].kernel, &e);
+            const int soa_w = vs[vi].kernel[0] == 's';
+            clSetKernelArg(k, 1, sizeof(cl_mem), vs[vi].split_act ? &bs : &ba);
+            clSetKernelArg(k, 2, sizeof(cl_mem), &bd);
+            clSetKernelArg(k, 3, sizeof(int), &ncols);
+            clSetKernelArg(k, 4, sizeof(int), &nrows);
+            const size_t local = 32 * vs[vi].warps;
+            const size_t rows_wg = vs[vi].warps * vs[vi].rows;
+            const size_t global = (nrows + rows_wg - 1) / rows_wg * local;
+            const int iters = 200;
+            double gpu = 0;
+            cl_event ev[200];
+            for (int it = 0; it < iters; ++it) {
+                cl_buffer_region reg = {mat * (it % ncopies), mat};
+                cl_mem sub = clCreateSubBuffer(soa_w ? ws : wa, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+                clSetKernelArg(k, 0, sizeof(cl_mem), &sub);
+                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
+                clReleaseMemObject(sub);
+            }
+            clFinish(q);
+            for (int it = 10; it < iters; ++it) {
+                cl_ulong t0, t1;
+                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+                gpu += (t1 - t0) / 1e3;
+                clReleaseEvent(ev[it]);
+            }
+            gpu /= iters - 10;
+            clEnqueueReadBuffer(q, bd, CL_TRUE, 0, sizeof(float) * nrows, out, 0, NULL, NULL);
+            double err = 0, mag = 0;
+            for (int r = 0; r < nrows; ++r) {
+                err = fmax(err, fabs(out[r] - ref[r]));
+                mag = fmax(mag, fabs(ref[r]));
+            }
+            printf("%-4s rows/warp %d unroll %d warps/wg %d act %-5s  %7.2f us  %6.0f GB/s  rel err %.1e%s\n",
+                   vs[vi].kernel, vs[vi].rows, vs[vi].unroll, vs[vi].warps, vs[vi].split_act ? "split" : "ggml",
+                   gpu, mat / gpu / 1e3, err / mag, err / mag > 1e-3 ? "  WRONG" : "");
+            clReleaseKernel(k);
+            clReleaseProgram(pr);
+        }
+        {
+            cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
+            clBuildProgram(pr, 1, &d, nv ? "-DNV -DROWS=1 -DUNROLL=1" : "-DROWS=1 -DUNROLL=1", NULL, NULL);
+            cl_kernel k = clCreateKernel(pr, "readbw", &e);
+            const long n = mat / 16;
+            clSetKernelArg(k, 1, sizeof(cl_mem), &bd);
+            clSetKernelArg(k, 2, sizeof(long), &n);
+            const size_t local = 256, global = 132 * 2048;
+            double gpu = 0;
+            for (int it = 0; it < 50; ++it) {
+                cl_buffer_region reg = {mat * (it % ncopies), mat};
+                cl_mem sub = clCreateSubBuffer(wa, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+                clSetKernelArg(k, 0, sizeof(cl_mem), &sub);
+                cl_event ev;
+                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev);
+                clWaitForEvents(1, &ev);
+                cl_ulong t0, t1;
+                clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+                clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+                if (it >= 10) gpu += (t1 - t0) / 1e3;
+                clReleaseEvent(ev);
+                clReleaseMemObject(sub);
+            }
+            gpu /= 40;
+            printf("readbw (plain int4 read of the same bytes)     %7.2f us  %6.0f GB/s\n", gpu, mat / gpu / 1e3);
+        }
+        clReleaseMemObject(wa);
+        clReleaseMemObject(ws);
+        clReleaseMemObject(ba);
+        clReleaseMemObject(bs);
+        clReleaseMemObject(bd);
+        free(aos); free(soa); free(act); free(acts); free(xa); free(ref); free(out);
+    }
+    return 0;
+}

@@ -1,0 +1,365 @@
+//! The step kernel (kernels/step.cl): one launch that runs a run of a plan's
+//! packed decode launches as phases, with a barrier over all of its
+//! work-groups between them, instead of one launch each. Each launch costs
+//! the host 2-6 us on NVIDIA's OpenCL and the GPU a ramp and a drain; the
+//! barrier measured 1.8 us on the H200 (scripts/probe/kernel-floor.c).
+//!
+//! The barrier is only sound when every work-group of the launch is resident
+//! at once, which OpenCL does not promise: `groups` launches the kernel once
+//! per device with a barrier and fewer groups each time until no wait timed
+//! out, and the plan runs its launches one by one where none passed.
+
+use super::device::Device;
+use super::executor::{Launch, Packed};
+use crate::error::{ClContext, Error, Result};
+use crate::log;
+use opencl3::command_queue as cq;
+use opencl3::kernel::Kernel;
+use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
+use opencl3::types::cl_mem;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A kernel the step program can run as a phase: its name, how many buffer
+/// arguments it takes, its own work-group size (None: a flat launch that
+/// bounds-checks its global id), and how many step work-groups (STEP_WG
+/// wide) one of its own work-groups becomes along x.
+/// Its first `weights` tensor arguments are weights, whose start the step
+/// kernel prefetches while the phase before it runs.
+pub struct PhaseKind {
+    pub kernel: &'static str,
+    pub buffers: usize,
+    pub local: Option<usize>,
+    pub x_scale: usize,
+    pub weights: usize,
+}
+
+const fn phase(
+    kernel: &'static str,
+    buffers: usize,
+    local: Option<usize>,
+    x_scale: usize,
+    weights: usize,
+) -> PhaseKind {
+    PhaseKind {
+        kernel,
+        buffers,
+        local,
+        x_scale,
+        weights,
+    }
+}
+
+/// Every phase kind; the index is the kind number in step.cl (0: none).
+pub const PHASES: &[PhaseKind] = &[
+    phase("", 0, None, 1, 0),
+    phase("kernel_mul_mv_q4_0", 3, Some(128), 1, 1),
+    phase("kernel_mul_mv_q8_0", 3, Some(128), 1, 1),
+    phase("kernel_mul_mv_q4_k", 3, Some(128), 1, 1),
+    phase("kernel_mul_mv_q6_k", 3, Some(128), 1, 1),
+    phase("kernel_mul_mv_group_q4_0", 7, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_q8_0", 7, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_rope_q4_0", 15, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_rope_q8_0", 15, Some(128), 1, 3),
+    // GLU_ROWS rows a group either way: 8 warps alone, 4 in the step.
+    phase("kernel_mul_mv_glu_q4_0", 7, Some(256), 1, 2),
+    phase("kernel_mul_mv_glu_q8_0", 7, Some(256), 1, 2),
+    // FW_WG elements a group: 256 alone, 128 in the step.
+    phase("kernel_fused_rms_norm_wide", 7, Some(256), 2, 0),
+    phase("kernel_fa_vec", 8, Some(128), 1, 0),
+    phase("kernel_rope_store_f32", 11, None, 1, 0),
+];
+
+/// Work-group size of the step kernel (STEP_WG).
+pub const STEP_WG: usize = 128;
+/// Buffer arguments of the step kernel (m0..m7): distinct memory objects
+/// one launch can name.
+pub const STEP_MEMS: usize = 8;
+const STEP_MAX_ARGS: usize = 16;
+const STEP_PREFETCH_RANGES: usize = 3;
+const STEP_DESC: usize = 5 + STEP_MAX_ARGS + 4 * STEP_PREFETCH_RANGES;
+
+fn source() -> String {
+    let mut cases = String::from("#define STEP_CASES");
+    for (i, p) in PHASES.iter().enumerate().skip(1) {
+        let args: Vec<String> = (0..p.buffers).map(|a| format!("STEP_ARG({a})")).collect();
+        cases.push_str(&format!(
+            " \\\n    case {i}: {}({}, pk, vg, lmem); break;",
+            p.kernel,
+            args.join(", ")
+        ));
+    }
+    [
+        super::program::COMMON,
+        include_str!("kernels/rope_store.cl"),
+        include_str!("kernels/mul_mv.cl"),
+        include_str!("kernels/group_rope.cl"),
+        include_str!("kernels/fused_norm.cl"),
+        include_str!("kernels/fa_split.cl"),
+        &cases,
+        include_str!("kernels/step.cl"),
+    ]
+    .join("\n")
+}
+
+fn kernel(device: &Device) -> Result<Kernel> {
+    let built = device.programs.lock().get("step").cloned();
+    let program = match built {
+        Some(p) => p,
+        None => {
+            let p = Arc::new(super::program::build_source_with(
+                device,
+                "step",
+                &source(),
+                if crate::config::get().step_prefetch_start {
+                    "-DPOLYCL_STEP=1 -DSTEP_PREFETCH_START=1"
+                } else {
+                    "-DPOLYCL_STEP=1"
+                },
+            )?);
+            device.programs.lock().entry("step").or_insert(p).clone()
+        }
+    };
+    Kernel::create(&program, "kernel_step").map_err(|e| {
+        Error::Unsupported(format!("kernel kernel_step in program step: status {}", e.0))
+    })
+}
+
+/// Whether plans on `device` should use the step kernel (POLYCL_STEP; by
+/// default on NVIDIA GPUs, where the barrier was measured).
+pub fn wanted(device: &Device) -> bool {
+    crate::config::get()
+        .step
+        .unwrap_or(device.is_gpu && device.is_nvidia)
+}
+
+/// Work-groups the step kernel launches on `device`, or None where the
+/// residency check failed (or the program did not build): found once.
+pub fn groups(device: &Device) -> Option<usize> {
+    let n = *device.step_groups.get_or_init(|| match find_groups(device) {
+        Ok(n) => n,
+        Err(e) => {
+            log::warn(&format!(
+                "{}: step kernel unavailable, launching kernels one by one: {e}",
+                device.name
+            ));
+            0
+        }
+    });
+    (n > 0).then_some(n)
+}
+
+fn find_groups(device: &Device) -> Result<usize> {
+    // A CPU device runs work-groups on a few threads: one group is the only
+    // count sure to be resident.
+    if !device.is_gpu {
+        return Ok(1);
+    }
+    let cus = device.cl.max_compute_units().cl("clGetDeviceInfo")? as usize;
+    let mut per_cu = crate::config::get().step_groups_per_cu;
+    while per_cu > 0 {
+        let n = cus * per_cu;
+        // Three empty phases: two barriers over n groups.
+        let desc = vec![0u32; 3 * STEP_DESC];
+        let launch = Batch::new(device, kernel(device)?, vec![0], desc, 3, &[], n)?;
+        launch.launch.enqueue(device)?;
+        let mut timeouts = [0i32; 3];
+        // SAFETY: `timeouts` is a live host array of 3 i32s and the read is
+        // blocking, so OpenCL is done with it when this returns.
+        let ev = unsafe {
+            cq::enqueue_read_buffer(
+                device.queue.get(),
+                launch.bar.get(),
+                opencl3::types::CL_BLOCKING,
+                0,
+                12,
+                timeouts.as_mut_ptr() as *mut c_void,
+                0,
+                std::ptr::null(),
+            )
+        };
+        super::buffer::finish_event(ev, "clEnqueueReadBuffer")?;
+        if timeouts[2] == 0 {
+            log::debug(&format!(
+                "{}: step kernel: {n} work-groups ({per_cu} per compute unit) resident",
+                device.name
+            ));
+            return Ok(n);
+        }
+        per_cu /= 2;
+    }
+    Err(Error::Unsupported(
+        "no work-group count passed the residency check".into(),
+    ))
+}
+
+/// A bound step launch and the memory it names.
+pub struct Batch {
+    pub launch: Launch,
+    _pk: Buffer<u64>,
+    _desc: Buffer<u32>,
+    bar: Buffer<i32>,
+}
+
+impl Batch {
+    fn new(
+        device: &Device,
+        kernel: Kernel,
+        mut pk: Vec<u64>,
+        mut desc: Vec<u32>,
+        nphases: i32,
+        mems: &[cl_mem],
+        groups: usize,
+    ) -> Result<Batch> {
+        let pk_buf = upload(device, &mut pk)?;
+        let desc_buf = upload(device, &mut desc)?;
+        let bar = upload(device, &mut vec![0i32; 4])?;
+        let fallback = pk_buf.get();
+        for i in 0..STEP_MEMS {
+            let m = mems.get(i).copied().unwrap_or(fallback);
+            // SAFETY: m0..m7 are buffer parameters; `m` is a live memory object
+            // (the plan keeps its buffers, and pk_buf lives with the batch).
+            unsafe { kernel.set_arg(i as u32, &m) }.cl("clSetKernelArg")?;
+        }
+        let (p, d, b) = (pk_buf.get(), desc_buf.get(), bar.get());
+        // SAFETY: the step kernel's remaining parameters, in order: two buffer
+        // pointers, an int, a buffer pointer; the buffers live with the batch.
+        unsafe {
+            kernel.set_arg(8, &p).cl("clSetKernelArg")?;
+            kernel.set_arg(9, &d).cl("clSetKernelArg")?;
+            kernel.set_arg(10, &nphases).cl("clSetKernelArg")?;
+            kernel.set_arg(11, &b).cl("clSetKernelArg")?;
+        }
+        Ok(Batch {
+            launch: Launch {
+                kernel,
+                global: [groups * STEP_WG, 1, 1],
+                local: Some([STEP_WG, 1, 1]),
+                dims: 1,
+                kind: "step",
+                packed: None,
+            },
+            _pk: pk_buf,
+            _desc: desc_buf,
+            bar,
+        })
+    }
+}
+
+fn upload<T>(device: &Device, data: &mut [T]) -> Result<Buffer<T>> {
+    // SAFETY: `data` is a live host slice, copied by OpenCL before create
+    // returns (CL_MEM_COPY_HOST_PTR).
+    unsafe {
+        Buffer::<T>::create(
+            &device.context,
+            CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+            data.len().max(1),
+            data.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .cl("clCreateBuffer")
+}
+
+/// The phase `l` would be in a step launch: its kind and virtual grid, or
+/// None when the step kernel cannot run it.
+fn phase_of(l: &Launch) -> Option<(usize, [usize; 3], &Packed)> {
+    let packed = l.packed.as_ref()?;
+    let name = l.kernel.function_name().ok()?;
+    let (kind, p) = PHASES
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, p)| p.kernel == name)?;
+    if packed.mems.len() != p.buffers {
+        return None;
+    }
+    let grid = match (p.local, l.local) {
+        (Some(wg), Some(local)) if local == [wg, 1, 1] => {
+            let g = l.global;
+            if g[0] % wg != 0 {
+                return None;
+            }
+            [g[0] / wg * p.x_scale, g[1], g[2]]
+        }
+        (None, None) if l.dims == 1 => [l.global[0].div_ceil(STEP_WG), 1, 1],
+        _ => return None,
+    };
+    let fits = grid.iter().all(|&x| x > 0 && x <= u32::MAX as usize)
+        && grid.iter().product::<usize>() <= u32::MAX as usize;
+    fits.then_some((kind, grid, packed))
+}
+
+/// Step launches for `launches`: each maximal run of at least two launches
+/// that the step kernel can run, that `plain` accepts (no host work between
+/// them) and that names at most STEP_MEMS memory objects becomes one. Returns
+/// (first index, end index, batch) for each.
+pub fn batches(
+    device: &Device,
+    launches: &[Launch],
+    plain: impl Fn(usize) -> bool,
+) -> Result<Vec<(usize, usize, Batch)>> {
+    let Some(groups) = groups(device) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < launches.len() {
+        let mut mems: Vec<cl_mem> = Vec::new();
+        let mut pk: Vec<u64> = Vec::new();
+        let mut desc: Vec<u32> = Vec::new();
+        let mut j = i;
+        while j < launches.len() && plain(j) {
+            let Some((kind, grid, packed)) = phase_of(&launches[j]) else {
+                break;
+            };
+            let mut merged = mems.clone();
+            for m in &packed.mems {
+                if !merged.contains(m) {
+                    merged.push(*m);
+                }
+            }
+            if merged.len() > STEP_MEMS || pk.len() + packed.slots.len() > u32::MAX as usize {
+                break;
+            }
+            mems = merged;
+            let mut row = vec![0u32; STEP_DESC];
+            row[0] = kind as u32;
+            row[1] = grid[0] as u32;
+            row[2] = grid[1] as u32;
+            row[3] = grid[2] as u32;
+            row[4] = pk.len() as u32;
+            for (a, m) in packed.mems.iter().enumerate() {
+                row[5 + a] = mems.iter().position(|x| x == m).unwrap_or(0) as u32;
+            }
+            // The weights' byte ranges (2-D: rows x row stride), from the
+            // start of each, within the prefetch budget.
+            let mut budget = crate::config::get().step_prefetch_mb << 20;
+            for w in 0..PHASES[kind].weights.min(STEP_PREFETCH_RANGES) {
+                let t = &packed.slots[9 * w..9 * w + 9];
+                let (off, ne1, nb1) = (t[0], t[2], t[6]);
+                let bytes = (ne1.saturating_mul(nb1) as usize).min(budget);
+                budget -= bytes;
+                let slot = mems.iter().position(|x| *x == packed.mems[w]).unwrap_or(0);
+                let r = &mut row[5 + STEP_MAX_ARGS + 4 * w..5 + STEP_MAX_ARGS + 4 * w + 4];
+                r.copy_from_slice(&[
+                    slot as u32,
+                    off as u32,
+                    (off >> 32) as u32,
+                    bytes.div_ceil(128) as u32,
+                ]);
+            }
+            desc.extend_from_slice(&row);
+            pk.extend_from_slice(&packed.slots);
+            j += 1;
+        }
+        if j - i >= 2 {
+            let n = (j - i) as i32;
+            let k = kernel(device)?;
+            out.push((i, j, Batch::new(device, k, pk, desc, n, &mems, groups)?));
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    Ok(out)
+}
