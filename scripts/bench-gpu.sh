@@ -171,7 +171,8 @@ case ${stage:-bench} in
   all) # everything, for one long session: build and models side by side, then measure
     build & models; wait; tail -1 "$W/build.log"
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
-    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; greedy_check; backend_ops ;;
+    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; greedy_check; BIN=$BIN bash scripts/probe/step-variants.sh
+    backend_ops ;;
   profile) models; profile ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check

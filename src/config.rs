@@ -14,8 +14,7 @@
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0`: one launch per kernel (default: on for NVIDIA GPUs, when the residency check passes) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
-//! | `POLYCL_STEP_PREFETCH_MB` | 0 to 256 | MiB of each step phase's weights the step kernel asks L2 to prefetch during the phase before it (default 16; 0: none) |
-//! | `POLYCL_STEP_PREFETCH_AT` | `start` or `end` | whether that prefetch is issued when the phase before starts or when it has done its work (default end) |
+//! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
 //! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
@@ -46,10 +45,8 @@ pub struct Config {
     pub step: Option<bool>,
     /// Step kernel work-groups per compute unit (`POLYCL_STEP_GROUPS`).
     pub step_groups_per_cu: usize,
-    /// MiB of the next phase's weights to prefetch (`POLYCL_STEP_PREFETCH_MB`).
-    pub step_prefetch_mb: usize,
-    /// Prefetch when the phase before starts (`POLYCL_STEP_PREFETCH_AT=start`).
-    pub step_prefetch_start: bool,
+    /// Largest weights (MiB) of a step phase (`POLYCL_STEP_MAX_MB`).
+    pub step_max_mb: usize,
     pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
@@ -67,7 +64,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         flush_every: 16,
         mv_unroll: 4,
         step_groups_per_cu: 4,
-        step_prefetch_mb: 16,
+        step_max_mb: 8,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -168,20 +165,11 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
-    if let Some(v) = get("POLYCL_STEP_PREFETCH_MB") {
+    if let Some(v) = get("POLYCL_STEP_MAX_MB") {
         match v.trim().parse::<usize>() {
-            Ok(n) if n <= 256 => c.step_prefetch_mb = n,
+            Ok(n) if n <= 65536 => c.step_max_mb = n,
             _ => c.problems.push(format!(
-                "POLYCL_STEP_PREFETCH_MB={v:?}: expected an integer from 0 to 256; using 16"
-            )),
-        }
-    }
-    if let Some(v) = get("POLYCL_STEP_PREFETCH_AT") {
-        match v.trim() {
-            "start" => c.step_prefetch_start = true,
-            "end" => c.step_prefetch_start = false,
-            _ => c.problems.push(format!(
-                "POLYCL_STEP_PREFETCH_AT={v:?}: expected start or end; using end"
+                "POLYCL_STEP_MAX_MB={v:?}: expected an integer from 0 to 65536; using 8"
             )),
         }
     }

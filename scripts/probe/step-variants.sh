@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# On the GPU machine, after `CUDA=OFF stage=build bash scripts/bench-gpu.sh`
-# and the models: 7B Q4_0 and 1B Q4_0 decode (tg128, fa 1) with the step
-# kernel off, and on with each prefetch setting (POLYCL_STEP_PREFETCH_*).
+# On the GPU machine, after scripts/bench-gpu.sh built the host and made the
+# models: decode (tg128, fa 1) with the step kernel off, with its default
+# weight limit, and with every decode kernel in it (POLYCL_STEP_MAX_MB=64
+# takes all but the output matrix); then the 1B's greedy tokens with all of
+# it against the step kernel off.
 W=${W:-/tmp/polycl-gpu}
-BIN=${BIN:-$W/build-nocuda/bin}
+BIN=${BIN:-$W/build/bin}
 LIB=${POLYCL_LIB:-$PWD/target/gpu/libggml-polycl.so}
-run() { # label, env...
-  local label=$1; shift
-  for m in m7-q4_0 m1-q4_0; do
-    printf '%-28s %-8s %s\n' "$label" "$m" "$(env "$@" GGML_BACKEND_PATH=$LIB timeout 200 "$BIN/llama-bench" \
-      -m "$W/$m.gguf" -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E 'tg128|error' |
-      awk -F'|' '{print $(NF-1)}')"
-  done
+run() { # model, label, env...
+  local m=$1 label=$2; shift 2
+  printf '%-8s %-34s %s\n' "$m" "$label" "$(env "$@" GGML_BACKEND_PATH=$LIB timeout 200 "$BIN/llama-bench" \
+    -m "$W/$m.gguf" -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E 'tg128|error' |
+    awk -F'|' '{print $(NF-1)}')"
 }
-run "step off" POLYCL_STEP=0
-run "step, no prefetch" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=0
-run "step, 16 MiB at end" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=16
-run "step, 16 MiB at start" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=16 POLYCL_STEP_PREFETCH_AT=start
-run "step, 32 MiB at start" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=32 POLYCL_STEP_PREFETCH_AT=start
-run "step, 8 MiB at end" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=8
-run "step, 64 MiB at start" POLYCL_STEP=1 POLYCL_STEP_PREFETCH_MB=64 POLYCL_STEP_PREFETCH_AT=start
+for m in m1-q4_0 m7-q4_0; do
+  run $m "POLYCL_STEP=0" POLYCL_STEP=0
+  run $m "POLYCL_STEP=1 (max 8 MiB)" POLYCL_STEP=1
+  run $m "POLYCL_STEP=1 POLYCL_STEP_MAX_MB=64" POLYCL_STEP=1 POLYCL_STEP_MAX_MB=64
+done
+if [[ -x $W/greedy ]]; then
+  for fa in on off; do
+    a=$(POLYCL_STEP=0 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$W/m1-q4_0.gguf" --dev POLYCL0 \
+      --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+    b=$(POLYCL_STEP=1 POLYCL_STEP_MAX_MB=64 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" \
+      -m "$W/m1-q4_0.gguf" --dev POLYCL0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+    [[ -n $a && $a == "$b" ]] && echo "m1 fa=$fa, all kernels in step launches: same tokens as POLYCL_STEP=0" ||
+      echo "m1 fa=$fa: DIFFERENT: $a / $b"
+  done
+fi

@@ -24,8 +24,7 @@ use std::sync::Arc;
 /// arguments it takes, its own work-group size (None: a flat launch that
 /// bounds-checks its global id), and how many step work-groups (STEP_WG
 /// wide) one of its own work-groups becomes along x.
-/// Its first `weights` tensor arguments are weights, whose start the step
-/// kernel prefetches while the phase before it runs.
+/// Its first `weights` tensor arguments are weights (POLYCL_STEP_MAX_MB).
 pub struct PhaseKind {
     pub kernel: &'static str,
     pub buffers: usize,
@@ -76,8 +75,7 @@ pub const STEP_WG: usize = 128;
 /// one launch can name.
 pub const STEP_MEMS: usize = 8;
 const STEP_MAX_ARGS: usize = 16;
-const STEP_PREFETCH_RANGES: usize = 3;
-const STEP_DESC: usize = 5 + STEP_MAX_ARGS + 4 * STEP_PREFETCH_RANGES;
+const STEP_DESC: usize = 5 + STEP_MAX_ARGS;
 
 fn source() -> String {
     let mut cases = String::from("#define STEP_CASES");
@@ -111,17 +109,16 @@ fn kernel(device: &Device) -> Result<Kernel> {
                 device,
                 "step",
                 &source(),
-                if crate::config::get().step_prefetch_start {
-                    "-DPOLYCL_STEP=1 -DSTEP_PREFETCH_START=1"
-                } else {
-                    "-DPOLYCL_STEP=1"
-                },
+                "-DPOLYCL_STEP=1",
             )?);
             device.programs.lock().entry("step").or_insert(p).clone()
         }
     };
     Kernel::create(&program, "kernel_step").map_err(|e| {
-        Error::Unsupported(format!("kernel kernel_step in program step: status {}", e.0))
+        Error::Unsupported(format!(
+            "kernel kernel_step in program step: status {}",
+            e.0
+        ))
     })
 }
 
@@ -136,16 +133,18 @@ pub fn wanted(device: &Device) -> bool {
 /// Work-groups the step kernel launches on `device`, or None where the
 /// residency check failed (or the program did not build): found once.
 pub fn groups(device: &Device) -> Option<usize> {
-    let n = *device.step_groups.get_or_init(|| match find_groups(device) {
-        Ok(n) => n,
-        Err(e) => {
-            log::warn(&format!(
-                "{}: step kernel unavailable, launching kernels one by one: {e}",
-                device.name
-            ));
-            0
-        }
-    });
+    let n = *device
+        .step_groups
+        .get_or_init(|| match find_groups(device) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn(&format!(
+                    "{}: step kernel unavailable, launching kernels one by one: {e}",
+                    device.name
+                ));
+                0
+            }
+        });
     (n > 0).then_some(n)
 }
 
@@ -286,7 +285,17 @@ fn phase_of(l: &Launch) -> Option<(usize, [usize; 3], &Packed)> {
     };
     let fits = grid.iter().all(|&x| x > 0 && x <= u32::MAX as usize)
         && grid.iter().product::<usize>() <= u32::MAX as usize;
-    fits.then_some((kind, grid, packed))
+    // Matvecs over large weights run faster as launches of their own: on the
+    // H200 a 7B decode step ran at 260-268 tokens/s as phases and 330 as
+    // launches, a 1B one (launch-bound) at 636-639 and 574-632.
+    let weights: u64 = (0..PHASES[kind].weights)
+        .map(|w| {
+            let t = &packed.slots[9 * w..9 * w + 9];
+            t[2].saturating_mul(t[6]) // ne1 x nb1
+        })
+        .sum();
+    let small = weights <= (crate::config::get().step_max_mb as u64) << 20;
+    (fits && small).then_some((kind, grid, packed))
 }
 
 /// Step launches for `launches`: each maximal run of at least two launches
@@ -330,23 +339,6 @@ pub fn batches(
             row[4] = pk.len() as u32;
             for (a, m) in packed.mems.iter().enumerate() {
                 row[5 + a] = mems.iter().position(|x| x == m).unwrap_or(0) as u32;
-            }
-            // The weights' byte ranges (2-D: rows x row stride), from the
-            // start of each, within the prefetch budget.
-            let mut budget = crate::config::get().step_prefetch_mb << 20;
-            for w in 0..PHASES[kind].weights.min(STEP_PREFETCH_RANGES) {
-                let t = &packed.slots[9 * w..9 * w + 9];
-                let (off, ne1, nb1) = (t[0], t[2], t[6]);
-                let bytes = (ne1.saturating_mul(nb1) as usize).min(budget);
-                budget -= bytes;
-                let slot = mems.iter().position(|x| *x == packed.mems[w]).unwrap_or(0);
-                let r = &mut row[5 + STEP_MAX_ARGS + 4 * w..5 + STEP_MAX_ARGS + 4 * w + 4];
-                r.copy_from_slice(&[
-                    slot as u32,
-                    off as u32,
-                    (off >> 32) as u32,
-                    bytes.div_ceil(128) as u32,
-                ]);
             }
             desc.extend_from_slice(&row);
             pk.extend_from_slice(&packed.slots);

@@ -22,8 +22,7 @@
 
 #define STEP_WG 128
 #define STEP_MAX_ARGS 16
-#define STEP_PREFETCH_RANGES 3
-#define STEP_DESC (5 + STEP_MAX_ARGS + 4 * STEP_PREFETCH_RANGES)
+#define STEP_DESC (5 + STEP_MAX_ARGS)
 #define STEP_LMEM 8192
 #define STEP_SPIN_LIMIT (1u << 22)
 
@@ -77,31 +76,6 @@ inline __global void *step_mem(uint slot, __global char *m0, __global char *m1,
 }
 #define STEP_ARG(i) step_mem(dp[5 + (i)], m0, m1, m2, m3, m4, m5, m6, m7)
 
-// Pulls the start of a phase's weights into L2 ahead of it, so the memory
-// system keeps streaming through the barrier and the phase's ramp: a
-// phase alone measured ~2 TB/s of the 4.4 a long read reaches, because each
-// ramps up from idle (scripts/probe/matvec-layout.c). Row `d`'s ranges:
-// memory slot, byte offset (two words), 128-byte lines to fetch (the host
-// splits the POLYCL_STEP_PREFETCH_MB budget over them).
-inline void step_prefetch(const __global uint *d, __global char *m0, __global char *m1,
-                          __global char *m2, __global char *m3, __global char *m4,
-                          __global char *m5, __global char *m6, __global char *m7) {
-#ifdef POLYCL_NVIDIA
-    const uint t = get_group_id(0) * STEP_WG + get_local_id(0);
-    const uint nt = get_num_groups(0) * STEP_WG;
-    for (int r = 0; r < STEP_PREFETCH_RANGES; ++r) {
-        const __global uint *q = d + 5 + STEP_MAX_ARGS + 4 * r;
-        const uint lines = q[3];
-        if (lines == 0) continue;
-        const __global char *base = (const __global char *)step_mem(q[0], m0, m1, m2, m3, m4, m5,
-                                                                     m6, m7) +
-                                    ((ulong)q[1] | ((ulong)q[2] << 32));
-        for (uint i = t; i < lines; i += nt) {
-            asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + (ulong)i * 128));
-        }
-    }
-#endif
-}
 
 // global {groups * STEP_WG}, local {STEP_WG}.
 __kernel void kernel_step(__global char *m0, __global char *m1, __global char *m2,
@@ -117,9 +91,6 @@ __kernel void kernel_step(__global char *m0, __global char *m1, __global char *m
         const uint kind = dp[0], gx = dp[1], gy = dp[2], gz = dp[3];
         const __global ulong *pk = pk_all + dp[4];
         const uint total = gx * gy * gz;
-#ifdef STEP_PREFETCH_START
-        if (p + 1 < nphases) step_prefetch(dp + STEP_DESC, m0, m1, m2, m3, m4, m5, m6, m7);
-#endif
         for (uint v = get_group_id(0); v < total; v += get_num_groups(0)) {
             const uint4 vg = (uint4)(v % gx, (v / gx) % gy, v / (gx * gy), 0);
             switch (kind) {
@@ -130,9 +101,6 @@ __kernel void kernel_step(__global char *m0, __global char *m1, __global char *m
             // The next virtual group reuses the local memory.
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-#ifndef STEP_PREFETCH_START
-        if (p + 1 < nphases) step_prefetch(dp + STEP_DESC, m0, m1, m2, m3, m4, m5, m6, m7);
-#endif
         if (p + 1 < nphases) step_sync(bar, &gen);
     }
 }
