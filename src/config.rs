@@ -14,6 +14,7 @@
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0`: one launch per kernel (default: on for NVIDIA GPUs, when the residency check passes) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
+//! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
 //! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
 //! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
@@ -47,6 +48,8 @@ pub struct Config {
     pub step_groups_per_cu: usize,
     /// Largest weights (MiB) of a step phase (`POLYCL_STEP_MAX_MB`).
     pub step_max_mb: usize,
+    /// Register cap of the step kernel on NVIDIA (`POLYCL_STEP_MAXRREG`).
+    pub step_maxrreg: Option<u32>,
     pub program_cache_dir: Option<std::path::PathBuf>,
     /// 0 off, 1 on, 2 on with counters in the log.
     pub q8_cache: u8,
@@ -162,6 +165,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (1..=32).contains(&n) => c.step_groups_per_cu = n,
             _ => c.problems.push(format!(
                 "POLYCL_STEP_GROUPS={v:?}: expected an integer from 1 to 32; using 4"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_STEP_MAXRREG") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (32..=255).contains(&n) => c.step_maxrreg = Some(n),
+            _ => c.problems.push(format!(
+                "POLYCL_STEP_MAXRREG={v:?}: expected an integer from 32 to 255; no cap"
             )),
         }
     }

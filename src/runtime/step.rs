@@ -109,7 +109,7 @@ fn kernel(device: &Device) -> Result<Kernel> {
                 device,
                 "step",
                 &source(),
-                "-DPOLYCL_STEP=1",
+                &step_options(device),
             )?);
             device.programs.lock().entry("step").or_insert(p).clone()
         }
@@ -120,6 +120,16 @@ fn kernel(device: &Device) -> Result<Kernel> {
             e.0
         ))
     })
+}
+
+/// The step program's build options: on NVIDIA, a register cap
+/// (POLYCL_STEP_MAXRREG) lets more work-groups stay resident, since the step
+/// kernel needs the registers of its hungriest phase.
+fn step_options(device: &Device) -> String {
+    match crate::config::get().step_maxrreg {
+        Some(r) if device.is_nvidia => format!("-DPOLYCL_STEP=1 -cl-nv-maxrregcount={r}"),
+        _ => "-DPOLYCL_STEP=1".to_string(),
+    }
 }
 
 /// Whether plans on `device` should use the step kernel (POLYCL_STEP; by
@@ -160,7 +170,8 @@ fn find_groups(device: &Device) -> Result<usize> {
         let n = cus * per_cu;
         // Three empty phases: two barriers over n groups.
         let desc = vec![0u32; 3 * STEP_DESC];
-        let launch = Batch::new(device, kernel(device)?, vec![0], desc, 3, &[], n)?;
+        // A short spin limit: a count that is not resident fails in milliseconds.
+        let launch = Batch::new(device, kernel(device)?, vec![0], desc, 3, &[], n, 1 << 14)?;
         launch.launch.enqueue(device)?;
         let mut timeouts = [0i32; 3];
         // SAFETY: `timeouts` is a live host array of 3 i32s and the read is
@@ -179,7 +190,7 @@ fn find_groups(device: &Device) -> Result<usize> {
         };
         super::buffer::finish_event(ev, "clEnqueueReadBuffer")?;
         if timeouts[2] == 0 {
-            log::debug(&format!(
+            log::info(&format!(
                 "{}: step kernel: {n} work-groups ({per_cu} per compute unit) resident",
                 device.name
             ));
@@ -209,10 +220,11 @@ impl Batch {
         nphases: i32,
         mems: &[cl_mem],
         groups: usize,
+        spin_limit: i32,
     ) -> Result<Batch> {
         let pk_buf = upload(device, &mut pk)?;
         let desc_buf = upload(device, &mut desc)?;
-        let bar = upload(device, &mut vec![0i32; 4])?;
+        let bar = upload(device, &mut [0, 0, 0, spin_limit])?;
         let fallback = pk_buf.get();
         for i in 0..STEP_MEMS {
             let m = mems.get(i).copied().unwrap_or(fallback);
@@ -347,7 +359,9 @@ pub fn batches(
         if j - i >= 2 {
             let n = (j - i) as i32;
             let k = kernel(device)?;
-            out.push((i, j, Batch::new(device, k, pk, desc, n, &mems, groups)?));
+            // About a second of polling before a wait gives up.
+            let batch = Batch::new(device, k, pk, desc, n, &mems, groups, 1 << 22)?;
+            out.push((i, j, batch));
             i = j;
         } else {
             i += 1;

@@ -8,7 +8,8 @@
 // The barrier needs every work-group resident at once: the host launches at
 // most as many as it saw resident together (a check once per device), and a
 // wait that spins past STEP_SPIN_LIMIT gives up and counts itself in bar[2]
-// rather than hang the device.
+// rather than hang the device. The limit is bar[3], set by the host: short
+// for the residency check, long for real steps.
 //
 // Each phase is a row of `desc` (STEP_DESC uints: kind, virtual groups in x,
 // y and z, its first slot in `pk_all`, then which of m0..m7 each buffer
@@ -24,7 +25,6 @@
 #define STEP_MAX_ARGS 16
 #define STEP_DESC (5 + STEP_MAX_ARGS)
 #define STEP_LMEM 8192
-#define STEP_SPIN_LIMIT (1u << 22)
 
 #ifdef POLYCL_NVIDIA
 // A gpu-scope fence: orders this work-item's accesses against other SMs and
@@ -35,7 +35,8 @@
 #define STEP_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 #endif
 
-// bar[0]: arrivals, bar[1]: generation, bar[2]: waits that timed out.
+// bar[0]: arrivals, bar[1]: generation, bar[2]: waits that timed out,
+// bar[3]: polls before a wait gives up.
 inline void step_sync(volatile __global int *bar, int *gen) {
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
@@ -46,9 +47,10 @@ inline void step_sync(volatile __global int *bar, int *gen) {
             STEP_FENCE();
             atomic_xchg(&bar[1], g + 1);
         } else {
+            const uint limit = (uint)bar[3];
             uint spins = 0;
             while (atomic_add(&bar[1], 0) == g) {
-                if (++spins == STEP_SPIN_LIMIT) {
+                if (++spins == limit) {
                     atomic_inc(&bar[2]);
                     break;
                 }
