@@ -65,5 +65,14 @@ for fa in on off; do
     fail=1
   fi
 done
+# The step kernel (POLYCL_STEP=1): a decode step's launches no longer grow
+# with the layer count.
+n2=$(POLYCL_STEP=1 launches 2 on)
+n6=$(POLYCL_STEP=1 launches 6 on)
+grep -qw kernel_step "$KERNELS" || { echo "FAIL: POLYCL_STEP=1 decode step runs no kernel_step"; fail=1; }
+echo "step kernel, fa on: decode step launches: 2 layers $n2, 6 layers $n6"
+if [[ -z "$n2" || "$n2" != "$n6" ]]; then
+  echo "FAIL: with POLYCL_STEP=1 the decode step's launches grow with layers"; fail=1
+fi
 (( fail == 0 )) && echo "launch budget: passed"
 exit "$fail"

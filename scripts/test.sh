@@ -57,6 +57,9 @@ stage "9/10 greedy tokens: polycl vs CPU (scripts/test-greedy.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-greedy.sh
 # The plan a GPU gets (fast kernels, fusion passes), built on PoCL.
 POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 bash scripts/test-greedy.sh
+# That plan with its decode kernels run as phases of the step kernel (one
+# work-group on PoCL, so its grid barriers are trivially sound).
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_STEP=1 bash scripts/test-greedy.sh
 
 stage "9b/10 decode launch budget: fast kernels + fusions (scripts/test-launches.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-launches.sh

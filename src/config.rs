@@ -12,7 +12,7 @@
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
-//! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0`: one launch per kernel (default: on for NVIDIA GPUs, when the residency check passes) |
+//! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
 //! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
@@ -42,7 +42,7 @@ pub struct Config {
     pub mv_unroll: u32,
     /// GPU time per kernel in the log (`POLYCL_PROFILE`).
     pub profile: bool,
-    /// The persistent step kernel (`POLYCL_STEP`); None: on NVIDIA GPUs.
+    /// The persistent step kernel (`POLYCL_STEP`); None: off.
     pub step: Option<bool>,
     /// Step kernel work-groups per compute unit (`POLYCL_STEP_GROUPS`).
     pub step_groups_per_cu: usize,
@@ -289,5 +289,37 @@ mod tests {
             Some(vec![1, 0])
         );
         assert!(!with(&[("POLYCL_DEVICES", "1,1")]).problems.is_empty());
+    }
+
+    #[test]
+    fn step_kernel_settings() {
+        let c = with(&[]);
+        assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+        assert_eq!(c.step_maxrreg, None);
+        let c = with(&[
+            ("POLYCL_STEP", "1"),
+            ("POLYCL_STEP_GROUPS", "2"),
+            ("POLYCL_STEP_MAX_MB", "64"),
+            ("POLYCL_STEP_MAXRREG", "96"),
+        ]);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert_eq!(c.step, Some(true));
+        assert_eq!((c.step_groups_per_cu, c.step_max_mb), (2, 64));
+        assert_eq!(c.step_maxrreg, Some(96));
+        let c = with(&[
+            ("POLYCL_STEP", "yes"),
+            ("POLYCL_STEP_GROUPS", "0"),
+            ("POLYCL_STEP_MAX_MB", "x"),
+            ("POLYCL_STEP_MAXRREG", "8"),
+        ]);
+        assert_eq!(c.problems.len(), 4);
+        for v in ["POLYCL_STEP=", "GROUPS", "MAX_MB", "MAXRREG"] {
+            assert!(
+                c.problems.iter().any(|p| p.contains(v)),
+                "{v}: {:?}",
+                c.problems
+            );
+        }
+        assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
     }
 }

@@ -182,11 +182,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
         cache.len()
     ));
     if config::get().verbose {
-        let names: Vec<String> = plan
-            .launches
-            .iter()
-            .map(|l| l.kernel.function_name().unwrap_or_default())
-            .collect();
+        let names = plan.kernel_names();
         log::debug(&format!("{}: launches: {}", c.dev.name, names.join(" ")));
     }
     run_counted(c, cache.insert(key, plan))

@@ -242,6 +242,23 @@ impl Plan {
             .all(|b| DeviceBuffer::by_base(b.base).is_some())
     }
 
+    /// The kernels a run enqueues, in order (a step batch is one
+    /// kernel_step); Q8_1 cache hits may skip some quantize kernels.
+    pub fn kernel_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut i = 0;
+        while i < self.launches.len() {
+            if let Some((end, _)) = self.steps.get(&i) {
+                names.push("kernel_step".to_string());
+                i = *end;
+            } else {
+                names.push(self.launches[i].kernel.function_name().unwrap_or_default());
+                i += 1;
+            }
+        }
+        names
+    }
+
     pub fn count(&self, kind: &str) -> usize {
         self.launches.iter().filter(|l| l.kind == kind).count()
     }

@@ -132,12 +132,14 @@ fn step_options(device: &Device) -> String {
     }
 }
 
-/// Whether plans on `device` should use the step kernel (POLYCL_STEP; by
-/// default on NVIDIA GPUs, where the barrier was measured).
+/// Whether plans on `device` should use the step kernel: only when asked
+/// (POLYCL_STEP=1). On the H200 it did not beat one launch per kernel: 7B
+/// Q4_0 decode 329.7 tokens/s off, 332.8 with the default weight limit
+/// (which leaves the 7B's matvecs as launches), 266.9 with every kernel in
+/// it; 1B 629.2 off, 618.2 and 634.5 (docs/perf.md step 10).
 pub fn wanted(device: &Device) -> bool {
-    crate::config::get()
-        .step
-        .unwrap_or(device.is_gpu && device.is_nvidia)
+    let _ = device;
+    crate::config::get().step.unwrap_or(false)
 }
 
 /// Work-groups the step kernel launches on `device`, or None where the
@@ -169,9 +171,14 @@ fn find_groups(device: &Device) -> Result<usize> {
     while per_cu > 0 {
         let n = cus * per_cu;
         // Three empty phases: two barriers over n groups.
-        let desc = vec![0u32; 3 * STEP_DESC];
+        let phases = Phases {
+            pk: vec![0],
+            desc: vec![0u32; 3 * STEP_DESC],
+            count: 3,
+            mems: Vec::new(),
+        };
         // A short spin limit: a count that is not resident fails in milliseconds.
-        let launch = Batch::new(device, kernel(device)?, vec![0], desc, 3, &[], n, 1 << 14)?;
+        let launch = Batch::new(device, kernel(device)?, phases, n, 1 << 14)?;
         launch.launch.enqueue(device)?;
         let mut timeouts = [0i32; 3];
         // SAFETY: `timeouts` is a live host array of 3 i32s and the read is
@@ -211,19 +218,27 @@ pub struct Batch {
     bar: Buffer<i32>,
 }
 
+/// The phases of one step launch: their packed scalars, descriptor rows
+/// (STEP_DESC words each) and the memory objects the rows name.
+#[derive(Default)]
+struct Phases {
+    pk: Vec<u64>,
+    desc: Vec<u32>,
+    count: i32,
+    mems: Vec<cl_mem>,
+}
+
 impl Batch {
     fn new(
         device: &Device,
         kernel: Kernel,
-        mut pk: Vec<u64>,
-        mut desc: Vec<u32>,
-        nphases: i32,
-        mems: &[cl_mem],
+        mut phases: Phases,
         groups: usize,
         spin_limit: i32,
     ) -> Result<Batch> {
-        let pk_buf = upload(device, &mut pk)?;
-        let desc_buf = upload(device, &mut desc)?;
+        let (nphases, mems) = (phases.count, &phases.mems);
+        let pk_buf = upload(device, &mut phases.pk)?;
+        let desc_buf = upload(device, &mut phases.desc)?;
         let bar = upload(device, &mut [0, 0, 0, spin_limit])?;
         let fallback = pk_buf.get();
         for i in 0..STEP_MEMS {
@@ -287,7 +302,7 @@ fn phase_of(l: &Launch) -> Option<(usize, [usize; 3], &Packed)> {
     let grid = match (p.local, l.local) {
         (Some(wg), Some(local)) if local == [wg, 1, 1] => {
             let g = l.global;
-            if g[0] % wg != 0 {
+            if !g[0].is_multiple_of(wg) {
                 return None;
             }
             [g[0] / wg * p.x_scale, g[1], g[2]]
@@ -325,42 +340,39 @@ pub fn batches(
     let mut out = Vec::new();
     let mut i = 0;
     while i < launches.len() {
-        let mut mems: Vec<cl_mem> = Vec::new();
-        let mut pk: Vec<u64> = Vec::new();
-        let mut desc: Vec<u32> = Vec::new();
+        let mut ph = Phases::default();
         let mut j = i;
         while j < launches.len() && plain(j) {
             let Some((kind, grid, packed)) = phase_of(&launches[j]) else {
                 break;
             };
-            let mut merged = mems.clone();
+            let mut merged = ph.mems.clone();
             for m in &packed.mems {
                 if !merged.contains(m) {
                     merged.push(*m);
                 }
             }
-            if merged.len() > STEP_MEMS || pk.len() + packed.slots.len() > u32::MAX as usize {
+            if merged.len() > STEP_MEMS || ph.pk.len() + packed.slots.len() > u32::MAX as usize {
                 break;
             }
-            mems = merged;
+            ph.mems = merged;
             let mut row = vec![0u32; STEP_DESC];
             row[0] = kind as u32;
             row[1] = grid[0] as u32;
             row[2] = grid[1] as u32;
             row[3] = grid[2] as u32;
-            row[4] = pk.len() as u32;
+            row[4] = ph.pk.len() as u32;
             for (a, m) in packed.mems.iter().enumerate() {
-                row[5 + a] = mems.iter().position(|x| x == m).unwrap_or(0) as u32;
+                row[5 + a] = ph.mems.iter().position(|x| x == m).unwrap_or(0) as u32;
             }
-            desc.extend_from_slice(&row);
-            pk.extend_from_slice(&packed.slots);
+            ph.desc.extend_from_slice(&row);
+            ph.pk.extend_from_slice(&packed.slots);
+            ph.count += 1;
             j += 1;
         }
         if j - i >= 2 {
-            let n = (j - i) as i32;
-            let k = kernel(device)?;
             // About a second of polling before a wait gives up.
-            let batch = Batch::new(device, k, pk, desc, n, &mems, groups, 1 << 22)?;
+            let batch = Batch::new(device, kernel(device)?, ph, groups, 1 << 22)?;
             out.push((i, j, batch));
             i = j;
         } else {
