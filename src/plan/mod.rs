@@ -178,7 +178,7 @@ impl Plan {
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
-        let steps = if crate::runtime::step::wanted(device) {
+        let steps = if crate::runtime::step::wanted() {
             crate::runtime::step::batches(device, &launches, |i| binder.mm.plain(i))?
                 .into_iter()
                 .map(|(start, end, batch)| (start, (end, batch)))

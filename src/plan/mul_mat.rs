@@ -404,8 +404,14 @@ pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Resul
     let w = b.operand(n.inputs[0])?;
     let x = b.operand(n.inputs[1])?;
     let dst = b.operand(v)?;
-    let act = activation(b, (n.inputs[0], n.inputs[1]), &x, out)?.0;
-    let k = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
+    let xt = g.ty(n.inputs[1]).dtype;
+    let (act, k) = match super::mul_mv::select_raw(&b.device, wt, xt, &w, &x) {
+        Some(k) => ((x.mem, x.offset, x.nb), k),
+        None => (
+            activation(b, (n.inputs[0], n.inputs[1]), &x, out)?.0,
+            super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?),
+        ),
+    };
     out.push(grid(
         b,
         k.program,

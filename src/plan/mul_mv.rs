@@ -9,7 +9,7 @@
 
 use super::mul_mat::MatmulKernel;
 use crate::config;
-use crate::ggml::types::GgmlType::{self, F16, Q4K, Q4_0, Q6K, Q8_0};
+use crate::ggml::types::GgmlType::{self, F16, F32, Q4K, Q4_0, Q6K, Q8_0};
 use crate::runtime::executor::Operand;
 use crate::runtime::Device;
 
@@ -35,6 +35,32 @@ fn mma_wanted(device: &Device) -> bool {
 /// Whether `device` runs the fast kernels (and the fusions made for them).
 pub fn wanted(device: &Device) -> bool {
     config::get().fast_kernels.unwrap_or(device.is_gpu)
+}
+
+/// A fast kernel that reads activations `x` (of type `xtype`) as they are,
+/// with no conversion launch before it, if one applies: F16 weights times
+/// F32 activations of the decode shape. The step saves the attention's two
+/// conversions per layer when flash attention is off.
+pub fn select_raw(
+    device: &Device,
+    wtype: GgmlType,
+    xtype: GgmlType,
+    w: &Operand,
+    x: &Operand,
+) -> Option<MatmulKernel> {
+    if !wanted(device) || wtype != F16 || xtype != F32 || x.ne[1] > MAX_MV_BATCH || x.nb[0] != 4 {
+        return None;
+    }
+    Some(MatmulKernel {
+        program: "mul_mv",
+        name: "kernel_mul_mv_f16_f32".to_string(),
+        global: [
+            (w.ne[1] as usize).div_ceil(MV_ROWS) * MV_ROWS * MV_LANES,
+            x.ne[1] as usize,
+            (x.ne[2] * x.ne[3]) as usize,
+        ],
+        local: [MV_ROWS * MV_LANES, 1, 1],
+    })
 }
 
 /// A faster kernel for weights `w` times activations `x` on `device`, if one applies.

@@ -7,7 +7,11 @@
 //! The barrier is only sound when every work-group of the launch is resident
 //! at once, which OpenCL does not promise: `groups` launches the kernel once
 //! per device with a barrier and fewer groups each time until no wait timed
-//! out, and the plan runs its launches one by one where none passed.
+//! out, and the plan runs its launches one by one where none passed. A wait
+//! in a real step that times out (residency lost later, e.g. to another
+//! process sharing the GPU through MPS) ends the hang but not the error:
+//! that step's results are wrong, and its count in bar[2] is not read back.
+//! This is one reason the step kernel is opt-in.
 
 use super::device::Device;
 use super::executor::{Launch, Packed};
@@ -137,8 +141,7 @@ fn step_options(device: &Device) -> String {
 /// Q4_0 decode 329.7 tokens/s off, 332.8 with the default weight limit
 /// (which leaves the 7B's matvecs as launches), 266.9 with every kernel in
 /// it; 1B 629.2 off, 618.2 and 634.5 (docs/perf.md step 10).
-pub fn wanted(device: &Device) -> bool {
-    let _ = device;
+pub fn wanted() -> bool {
     crate::config::get().step.unwrap_or(false)
 }
 

@@ -387,6 +387,33 @@ kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_of
     MV_EPILOGUE
 }
 
+// F16 weights x F32 activations read as they are (no conversion launch;
+// the host checked act_nb.s0 == 4): the attention matmuls of a decode step
+// without flash attention (K cache x q, V cache x softmax), and F16 models.
+kernel void kernel_mul_mv_f16_f32(CTENSOR(w), __global const char *act, ulong act_off,
+                                  ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
+    MV_PROLOGUE
+    (void)nblocks;
+    float sum = 0.0f;
+    if (w_nb.s0 == 2) {
+        for (long i = lane * 2; i + 1 < w_ne.s0; i += 2 * MV_LANES) {
+            const float2 x = vload_half2(0, (const __global half *)(wrow + i * 2));
+            const float2 y = vload2(0, (const __global float *)(arow + i * 4));
+            sum += x.x * y.x + x.y * y.y;
+        }
+        if ((w_ne.s0 & 1) && lane == 0) {
+            const long i = w_ne.s0 - 1;
+            sum += vload_half(0, (const __global half *)(wrow + i * 2)) * load_f32(arow + i * 4);
+        }
+    } else {
+        for (long i = lane; i < w_ne.s0; i += MV_LANES) {
+            sum += vload_half(0, (const __global half *)(wrow + i * w_nb.s0)) *
+                   load_f32(arow + i * 4);
+        }
+    }
+    MV_EPILOGUE
+}
+
 // ---------------------------------------------------------------------------
 // Matrix-matrix kernels for batches (prompt processing): a 64x64 tile of
 // (weight rows x tokens) per work-group of 16x16, 4x4 outputs per work-item.

@@ -7,7 +7,7 @@
 //
 // The barrier needs every work-group resident at once: the host launches at
 // most as many as it saw resident together (a check once per device), and a
-// wait that spins past STEP_SPIN_LIMIT gives up and counts itself in bar[2]
+// wait that spins past its limit gives up and counts itself in bar[2]
 // rather than hang the device. The limit is bar[3], set by the host: short
 // for the residency check, long for real steps.
 //
@@ -24,6 +24,8 @@
 #define STEP_WG 128
 #define STEP_MAX_ARGS 16
 #define STEP_DESC (5 + STEP_MAX_ARGS)
+// Local memory for a phase's LOCAL_ARRAYs: the largest, kernel_fa_vec, takes
+// 5.7 KB (FA_MAX_D 256).
 #define STEP_LMEM 8192
 
 #ifdef POLYCL_NVIDIA
@@ -86,8 +88,9 @@ __kernel void kernel_step(__global char *m0, __global char *m1, __global char *m
                           __global const uint *desc, int nphases, volatile __global int *bar) {
     __local float4 lmem4[STEP_LMEM / 16];
     __local char *lmem = (__local char *)lmem4;
-    // No group can pass the first barrier before every group has read this.
-    int gen = atomic_add(&bar[1], 0);
+    // No group can pass the first barrier before every group has read this
+    // (only work-item 0 of a group waits on it).
+    int gen = get_local_id(0) == 0 ? atomic_add(&bar[1], 0) : 0;
     for (int p = 0; p < nphases; ++p) {
         const __global uint *dp = desc + p * STEP_DESC;
         const uint kind = dp[0], gx = dp[1], gy = dp[2], gz = dp[3];
