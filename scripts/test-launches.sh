@@ -65,6 +65,23 @@ for fa in on off; do
     fail=1
   fi
 done
+# K-quant weights (the greedy test's Q4_K_M model keeps some V and down
+# projections in Q6_K): the same fused kernels, on Q8_1 activations that the
+# norm, GLU and attention kernels write, so no quantize launch is left.
+QKM="$(bash "$POLYCL_ROOT/scripts/models.sh" | tail -n 1)/model-Q4_K_M.gguf"
+out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$QKM" --fa on \
+  --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | tail -n 20 >&2; die "Q4_K_M generation failed"; }
+kq=$(echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1)
+echo "Q4_K_M, fa on: decode step: $kq"
+for k in kernel_mul_mv_glu_q4_k kernel_fa_vec kernel_fused_rms_norm_wide; do
+  grep -qw "$k" <<<"$kq" || { echo "FAIL: Q4_K_M decode step (fa on) does not run $k"; fail=1; }
+done
+grep -qE 'kernel_mul_mv_group_rope_(q4_k|mixed)' <<<"$kq" ||
+  { echo "FAIL: Q4_K_M decode step (fa on) runs no group+rope kernel"; fail=1; }
+if grep -q kernel_quantize <<<"$kq"; then
+  echo "FAIL: Q4_K_M decode step (fa on) quantizes activations in a launch of its own"; fail=1
+fi
+
 # The step kernel (POLYCL_STEP=1): a decode step's launches no longer grow
 # with the layer count.
 n2=$(POLYCL_STEP=1 launches 2 on)

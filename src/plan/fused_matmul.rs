@@ -1,13 +1,13 @@
 //! MulMatGroup and MulMatGlu lowering: the activation is quantized to Q8_1
 //! once (or was written by its producer, `Binder::q8_target`), then one
 //! launch of the group or GLU kernel of `mul_mv.cl`. The passes only make
-//! these ops for Q4_0/Q8_0 weights and one-column activations.
+//! these ops for Q4_0/Q8_0/Q4_K/Q6_K weights and one-column activations.
 
 use super::lower::grid;
 use super::mul_mat::activation;
 use super::Binder;
 use crate::error::{Error, Result};
-use crate::ggml::types::GgmlType::{Q4_0, Q8_0};
+use crate::ggml::types::GgmlType::{Q4K, Q4_0, Q6K, Q8_0};
 use crate::ir::{GluKind, Node, Value};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use opencl3::types::cl_mem;
@@ -23,12 +23,32 @@ pub(super) fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
     match b.graph.ty(w).dtype {
         Q4_0 => Ok("q4_0"),
         Q8_0 => Ok("q8_0"),
+        Q4K => Ok("q4_k"),
+        Q6K => Ok("q6_k"),
         t => Err(Error::Unsupported(format!(
             "fused matmul '{}' with {} weights",
             n.name,
             t.name()
         ))),
     }
+}
+
+/// The group kernels' weight types: the suffix of the kernel (one type, or
+/// `mixed`) and the type codes of `mv_row2_mixed` (8 bits a matrix).
+pub(super) fn group_types(b: &Binder, ws: &[Value], n: &Node) -> Result<(&'static str, i32)> {
+    let mut codes = 0i32;
+    for (k, &w) in ws.iter().enumerate() {
+        let code = match suffix(b, w, n)? {
+            "q4_0" => 0,
+            "q8_0" => 1,
+            "q4_k" => 2,
+            _ => 3,
+        };
+        codes |= code << (8 * k);
+    }
+    let first = suffix(b, ws[0], n)?;
+    let same = ws.iter().all(|&w| suffix(b, w, n).ok() == Some(first));
+    Ok((if same { first } else { "mixed" }, codes))
 }
 
 /// The Q8_1 activation of a fused matmul: (memory, byte offset).
@@ -39,7 +59,8 @@ pub(super) fn q8_activation(
 ) -> Result<(Operand, u64)> {
     let xv = *n.inputs.last().expect("arity checked");
     let x = b.operand(xv)?;
-    let (act, _) = activation(b, (n.inputs[0], xv), &x, out)?;
+    // Fused matmuls exist only on fast-kernel devices, for one token.
+    let (act, _) = activation(b, (n.inputs[0], xv), &x, true, out)?;
     Ok((
         Operand {
             mem: act.0,
@@ -69,18 +90,20 @@ pub(super) fn group_layout(ws: &[Operand]) -> ([usize; 3], [usize; 3], i64, i64)
 }
 
 /// The group kernels' leading arguments: three weights, the Q8_1
-/// activation, three results, the work-groups of matrices 0 and 1.
+/// activation, three results, the work-groups of matrices 0 and 1, the
+/// weight type codes (`group_types`).
 pub(super) fn bind_group(
     a: &mut ArgBinder,
     ws: &[Operand],
     act: (cl_mem, u64),
     ds: &[Operand],
     (g0, g1): (i64, i64),
+    wtypes: i32,
 ) -> Result<()> {
     a.tensor(&ws[0])?.tensor(&ws[1])?.tensor(&ws[2])?;
     a.ptr(act.0, act.1)?;
     a.tensor(&ds[0])?.tensor(&ds[1])?.tensor(&ds[2])?;
-    a.i64(g0)?.i64(g1)?;
+    a.i64(g0)?.i64(g1)?.i32(wtypes)?;
     Ok(())
 }
 
@@ -92,7 +115,8 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
             n.name
         )));
     }
-    let name = format!("kernel_mul_mv_group_{}", suffix(b, n.inputs[0], n)?);
+    let (types, wtypes) = group_types(b, &n.inputs[..m], n)?;
+    let name = format!("kernel_mul_mv_group_{types}");
     let mut ws = Vec::with_capacity(3);
     let mut ds = Vec::with_capacity(3);
     for k in 0..m {
@@ -113,7 +137,7 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
         global,
         Some(local),
         "mul_mat",
-        |a| bind_group(a, &ws, (act.mem, act_off), &ds, (g0, g1)),
+        |a| bind_group(a, &ws, (act.mem, act_off), &ds, (g0, g1), wtypes),
     )?);
     Ok(())
 }

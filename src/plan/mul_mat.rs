@@ -39,11 +39,14 @@ pub struct MatmulKernel {
 }
 
 /// How a weight type wants its activations: format name and bytes per row.
-pub fn activation_format(w: GgmlType, ne10: i64) -> Option<(&'static str, u64)> {
+/// `fast_mv`: the fast decode matvec runs (`mul_mv::fast_matvec`), whose
+/// K-quant kernels read Q8_1 like Q4_0; the portable ones read ggml's Q8_K.
+pub fn activation_format(w: GgmlType, ne10: i64, fast_mv: bool) -> Option<(&'static str, u64)> {
     match w {
         F32 => None,
         F16 => Some(("kernel_convert_f16", 2 * ne10 as u64)),
         Q4_0 | Q8_0 => Some(("kernel_quantize_q8_1", (ne10 as u64 / 32) * 36)),
+        Q4K | Q6K if fast_mv => Some(("kernel_quantize_q8_1", (ne10 as u64 / 32) * 36)),
         Q4K | Q6K => Some(("kernel_quantize_q8_k", (ne10 as u64 / 256) * 292)),
         _ => None,
     }
@@ -67,8 +70,14 @@ pub fn scratch_bytes(g: &Graph, n: &Node) -> usize {
     };
     let w = g.ty(w);
     let x = g.ty(x);
-    match activation_format(w.dtype, x.ne[0]) {
-        Some((_, row)) => (row * (x.ne[1] * x.ne[2] * x.ne[3]) as u64) as usize,
+    // Either format may be chosen at lowering: room for the larger.
+    let row = [false, true]
+        .iter()
+        .filter_map(|&fast| activation_format(w.dtype, x.ne[0], fast))
+        .map(|(_, row)| row)
+        .max();
+    match row {
+        Some(row) => (row * (x.ne[1] * x.ne[2] * x.ne[3]) as u64) as usize,
         None => 0,
     }
 }
@@ -87,8 +96,10 @@ pub fn split_weight(g: &Graph, n: &Node) -> Option<Arc<SplitTensor>> {
 
 /// The cache key of a matmul's activation, if the cache applies: Q8_1
 /// activations of the decode shape (contiguous, one column).
-fn q8_key(g: &Graph, (w, xv): (Value, Value), device: usize) -> Option<Key> {
-    let (convert, row) = activation_format(g.ty(w).dtype, g.ty(xv).ne[0])?;
+fn q8_key(g: &Graph, (w, xv): (Value, Value), device: &Device) -> Option<Key> {
+    // Decode shape (checked below), so the fast matvec runs where wanted.
+    let fast_mv = super::mul_mv::wanted(device);
+    let (convert, row) = activation_format(g.ty(w).dtype, g.ty(xv).ne[0], fast_mv)?;
     let x = g.ty(xv);
     if convert != "kernel_quantize_q8_1" || x.ne[1..] != [1, 1, 1] || !x.is_contiguous() {
         return None;
@@ -99,7 +110,7 @@ fn q8_key(g: &Graph, (w, xv): (Value, Value), device: usize) -> Option<Key> {
     Some(Key {
         source: xv,
         data,
-        device,
+        device: device.index,
         ne10: x.ne[0],
         nrows: 1,
         padded_row: row,
@@ -174,7 +185,7 @@ impl MatmulState {
             }
             if let Some(st) = split_weight(graph, n) {
                 let x = graph.ty(n.inputs[1]);
-                if activation_format(st_type(graph, n), x.ne[0]).is_none() {
+                if activation_format(st_type(graph, n), x.ne[0], false).is_none() {
                     raw = raw.max(x.span_bytes());
                 }
                 let cols = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as u64;
@@ -186,7 +197,7 @@ impl MatmulState {
         let mut q8 = Table::default();
         let mut next = align(shared);
         for n in graph.nodes.iter() {
-            if let Some(k) = matmul_operands(n).and_then(|wx| q8_key(graph, wx, device.index)) {
+            if let Some(k) = matmul_operands(n).and_then(|wx| q8_key(graph, wx, device)) {
                 let bytes = k.padded_row * k.nrows as u64;
                 q8.slot(k, bytes, &mut next);
             }
@@ -408,7 +419,14 @@ pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Resul
     let (act, k) = match super::mul_mv::select_raw(&b.device, wt, xt, &w, &x) {
         Some(k) => ((x.mem, x.offset, x.nb), k),
         None => (
-            activation(b, (n.inputs[0], n.inputs[1]), &x, out)?.0,
+            activation(
+                b,
+                (n.inputs[0], n.inputs[1]),
+                &x,
+                super::mul_mv::fast_matvec(&b.device, &x),
+                out,
+            )?
+            .0,
             super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?),
         ),
     };
@@ -432,17 +450,22 @@ pub(crate) fn activation(
     b: &mut Binder,
     wx: (Value, Value),
     x: &Operand,
+    fast_mv: bool,
     out: &mut Vec<Launch>,
 ) -> Result<(Act, Option<usize>)> {
     let g = b.graph;
     let wt = g.ty(wx.0).dtype;
-    let Some((convert, row)) = activation_format(wt, x.ne[0]) else {
+    let Some((convert, row)) = activation_format(wt, x.ne[0], fast_mv) else {
         return Ok(((x.mem, x.offset, x.nb), None));
     };
     let (scratch, _) = b
         .scratch
         .ok_or_else(|| Error::InvalidGraph("matmul without scratch".into()))?;
-    let slot = q8_key(g, wx, b.device.index).and_then(|k| b.mm.q8.find(&k));
+    let slot = if fast_mv == super::mul_mv::wanted(&b.device) {
+        q8_key(g, wx, &b.device).and_then(|k| b.mm.q8.find(&k))
+    } else {
+        None
+    };
     let offset = slot.map_or(0, |s| b.mm.q8.region(s).0);
     let nb = [
         0,
@@ -519,9 +542,23 @@ fn lower_split(
             b.keep(buf.clone());
         }
     }
-    let (act, slot) = activation(b, (n.inputs[0], n.inputs[1]), &x, out)?;
+    // One activation for every device: the fast matvec's format only if every
+    // device runs it, else the portable kernels everywhere.
+    let fast_mv = st
+        .parts
+        .iter()
+        .all(|p| p.rows.is_empty() || super::mul_mv::fast_matvec(&p.device, &x));
+    let pick = |dev: &Device, w: &Operand| -> Result<MatmulKernel> {
+        let fast = if fast_mv || !matches!(wt, Q4K | Q6K) {
+            super::mul_mv::select(dev, wt, w, &x)
+        } else {
+            None
+        };
+        fast.map_or_else(|| portable(wt, w, &x), Ok)
+    };
+    let (act, slot) = activation(b, (n.inputs[0], n.inputs[1]), &x, fast_mv, out)?;
     let cols = (x.ne[1] * x.ne[2] * x.ne[3]) as u64;
-    let raw = activation_format(wt, x.ne[0]).is_none();
+    let raw = activation_format(wt, x.ne[0], fast_mv).is_none();
     let (act_src, act_len, peer_act) = if raw {
         (
             Region {
@@ -532,7 +569,7 @@ fn lower_split(
             b.mm.raw_off,
         )
     } else {
-        let (_, row) = activation_format(wt, x.ne[0]).expect("converted");
+        let (_, row) = activation_format(wt, x.ne[0], fast_mv).expect("converted");
         (
             Region {
                 mem: act.0,
@@ -563,7 +600,7 @@ fn lower_split(
                 4 * (rows * x.ne[1] * x.ne[2]) as u64,
             ],
         };
-        let kk = super::mul_mv::select(&p.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
+        let kk = pick(&p.device, &w)?;
         let kernel = program::kernel(&p.device, kk.program, &kk.name)?;
         let mut args = ArgBinder::new(&kernel);
         bind_mm(&mut args, &w, (mem, peer_act, peer_nb), &x, &partial)?;
@@ -614,7 +651,7 @@ fn lower_split(
             ne: [rows, dst.ne[1], dst.ne[2], dst.ne[3]],
             ..dst
         };
-        let kk = super::mul_mv::select(&b.device, wt, &w, &x).unwrap_or(portable(wt, &w, &x)?);
+        let kk = pick(&b.device, &w)?;
         out.push(grid(
             b,
             kk.program,

@@ -37,6 +37,12 @@ pub fn wanted(device: &Device) -> bool {
     config::get().fast_kernels.unwrap_or(device.is_gpu)
 }
 
+/// Whether `select` picks a decode matvec (not a tile kernel or none) for
+/// activations `x` on `device`: what the K-quant activation format follows.
+pub fn fast_matvec(device: &Device, x: &Operand) -> bool {
+    wanted(device) && x.ne[1] <= MAX_MV_BATCH
+}
+
 /// A fast kernel that reads activations `x` (of type `xtype`) as they are,
 /// with no conversion launch before it, if one applies: F16 weights times
 /// F32 activations of the decode shape. The step saves the attention's two
@@ -102,8 +108,8 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             local: [MM_T, MM_T, 1],
         });
     }
-    // Quantized kernels compute two rows a row group, F16 one. Q4_K and
-    // Q6_K read Q8_K activations (activation_format), the others Q8_1.
+    // Quantized kernels compute two rows a row group (Q8_1 activations,
+    // activation_format), F16 one.
     let (name, rows_per_group) = match wtype {
         Q4_0 => ("kernel_mul_mv_q4_0", 2 * MV_ROWS),
         Q8_0 => ("kernel_mul_mv_q8_0", 2 * MV_ROWS),

@@ -64,9 +64,17 @@ pub const PHASES: &[PhaseKind] = &[
     phase("kernel_mul_mv_group_q8_0", 7, Some(128), 1, 3),
     phase("kernel_mul_mv_group_rope_q4_0", 15, Some(128), 1, 3),
     phase("kernel_mul_mv_group_rope_q8_0", 15, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_q4_k", 7, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_q6_k", 7, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_rope_q4_k", 15, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_rope_q6_k", 15, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_mixed", 7, Some(128), 1, 3),
+    phase("kernel_mul_mv_group_rope_mixed", 15, Some(128), 1, 3),
     // GLU_ROWS rows a group either way: 8 warps alone, 4 in the step.
     phase("kernel_mul_mv_glu_q4_0", 7, Some(256), 1, 2),
     phase("kernel_mul_mv_glu_q8_0", 7, Some(256), 1, 2),
+    phase("kernel_mul_mv_glu_q4_k", 7, Some(256), 1, 2),
+    phase("kernel_mul_mv_glu_q6_k", 7, Some(256), 1, 2),
     // FW_WG elements a group: 256 alone, 128 in the step.
     phase("kernel_fused_rms_norm_wide", 7, Some(256), 2, 0),
     phase("kernel_fa_vec", 8, Some(128), 1, 0),

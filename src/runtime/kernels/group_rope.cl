@@ -16,8 +16,8 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
                  __global const char *ff, PTENSOR(qo), PTENSOR(ko), PTENSOR(kc),            \
                  __global const char *kr, PTENSOR(vc), __global const char *vr, PK_PARAMS) { \
     PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
-    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_ULONG(pos_off) PK_ULONG(ff_off)  \
-    PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko) PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes) PK_ULONG(pos_off)    \
+    PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko) PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) \
     PK_ULONG(vr_off) PK_INT(role_q) PK_INT(role_k) PK_INT(role_v) PK_INT(flags)             \
     PK_INT(n_dims) PK_FLOAT(theta_scale) PK_FLOAT(freq_scale) PK_FLOAT(ext_factor)          \
     PK_FLOAT(attn_factor) PK_FLOAT(corr0) PK_FLOAT(corr1)                                   \
@@ -58,3 +58,6 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
 
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_mixed, mv_row2_by_type)

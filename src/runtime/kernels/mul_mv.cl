@@ -129,16 +129,18 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
     return sum;
 }
 
-// K-quant weights against Q8_K activations (float d, int8 q[256], int16
-// sums of each 16 q): the activation format their portable kernels use, so
-// the planner's activation path is the same. A unit is 32 elements of a
-// super-block (nblocks counts units: ne0 / 32); lanes stride over units.
-#define Q8_K_BLOCK 292
+// K-quant weights against Q8_1 activations, like CUDA's vec_dot_q4_K_q8_1:
+// a Q8_1 block is one 32-element unit of a super-block (unit u is sub-block
+// u % 8 of super-block u / 8), so nblocks counts units (ne0 / 32) and lanes
+// stride over them; the fused kernels that write Q8_1 copies of their
+// results feed these as they feed Q4_0. (The portable kernels keep ggml's
+// Q8_K activations, which is what makes them CPU-exact.)
 
-// Q4_K: unit j of super-block ib is sub-block j: scale sc and min m (6 bits
+// Q4_K: unit j of a super-block is sub-block j: scale sc and min m (6 bits
 // each, ggml's get_scale_min_k4), 4-bit codes in nibble (j & 1) of qs[32 *
-// (j / 2) + l]. Sum: d * sc * sum(code * q_a) - dmin * m * sum(q_a), times d_a.
-inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, int asum) {
+// (j / 2) + l]. Sum: d_a * d * sc * sum(code * q_a) - dmin * m * s_a, where
+// s_a = d_a * sum(q_a) is the Q8_1 block's second half.
+inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, float sa) {
     const __global uchar *sb = (const __global uchar *)(wb + 4);
     int sc, m;
     if (j < 4) {
@@ -161,14 +163,15 @@ inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, int 
     isum = dot4((q.s7 >> sh) & 0x0F0F0F0F, a.s7, isum);
     const float d = vload_half(0, (const __global half *)wb);
     const float dmin = vload_half(1, (const __global half *)wb);
-    return da * (d * (float)sc * (float)isum - dmin * (float)m * (float)asum);
+    return da * d * (float)sc * (float)isum - dmin * (float)m * sa;
 }
 
 // Q6_K: unit g (32 elements, n = g / 4, k = g % 4) of super-block ib: low 4
 // bits from ql[64n + 32(k & 1) + l] (high nibble for k >= 2), high 2 bits
-// from qh[32n + l] >> 2k, code - 32, int8 scales for each 16. Blocks are
-// 210 bytes, so loads are 2-byte aligned.
-inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da, int as0, int as1) {
+// from qh[32n + l] >> 2k, code - 32, int8 scales for each 16, so the -32
+// needs the sums of each half of the activation block (dp4a with ones).
+// Blocks are 210 bytes, so loads are 2-byte aligned.
+inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da) {
     const int n = g >> 2, k = g & 3;
     const __global char *ql = wb + 64 * n + 32 * (k & 1);
     const __global char *qh = wb + 128 + 32 * n;
@@ -179,7 +182,8 @@ inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da, int 
         const int hi = (load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
         code[i] = lo | (hi << 4);
     }
-    int s0 = 0, s1 = 0;
+    const int ones = 0x01010101;
+    int s0 = 0, s1 = 0, as0 = 0, as1 = 0;
     s0 = dot4(code[0], a.s0, s0);
     s0 = dot4(code[1], a.s1, s0);
     s0 = dot4(code[2], a.s2, s0);
@@ -188,6 +192,8 @@ inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da, int 
     s1 = dot4(code[5], a.s5, s1);
     s1 = dot4(code[6], a.s6, s1);
     s1 = dot4(code[7], a.s7, s1);
+    as0 = dot4(ones, a.s0, dot4(ones, a.s1, dot4(ones, a.s2, dot4(ones, a.s3, as0))));
+    as1 = dot4(ones, a.s4, dot4(ones, a.s5, dot4(ones, a.s6, dot4(ones, a.s7, as1))));
     const float d = vload_half(0, (const __global half *)(wb + 208));
     const float sc0 = (float)wb[192 + 2 * g], sc1 = (float)wb[192 + 2 * g + 1];
     return da * d * (sc0 * (float)(s0 - 32 * as0) + sc1 * (float)(s1 - 32 * as1));
@@ -201,18 +207,17 @@ inline float2 NAME(const __global char *w0, const __global char *w1,            
     for (long u = lane; u < units; u += MV_LANES) {                                         \
         const long ib = u >> 3;                                                             \
         const int j = (int)(u & 7);                                                         \
-        const __global char *ab = arow + ib * Q8_K_BLOCK;                                   \
-        const float da = *(const __global float *)ab;                                       \
-        const int8 a = vload8(0, (const __global int *)(ab + 4 + 32 * j));                  \
-        const int as0 = *(const __global short *)(ab + 260 + 4 * j);                        \
-        const int as1 = *(const __global short *)(ab + 262 + 4 * j);                        \
+        const __global char *ab = arow + u * Q8_1_BLOCK;                                    \
+        const float da = vload_half(0, (const __global half *)ab);                          \
+        const float sa = vload_half(1, (const __global half *)ab);                          \
+        const int8 a = vload8(0, (const __global int *)(ab + 4));                           \
         sum.x += UNIT_CALL(w0 + ib * BLOCK_BYTES);                                          \
         sum.y += UNIT_CALL(w1 + ib * BLOCK_BYTES);                                          \
     }                                                                                       \
     return sum;                                                                             \
 }
-#define Q4_K_UNIT(wb) mv_unit_q4_K((wb), j, a, da, as0 + as1)
-#define Q6_K_UNIT(wb) mv_unit_q6_K((wb), j, a, da, as0, as1)
+#define Q4_K_UNIT(wb) mv_unit_q4_K((wb), j, a, da, sa)
+#define Q6_K_UNIT(wb) mv_unit_q6_K((wb), j, a, da)
 MV_ROW2_K(mv_row2_q4_K, Q4_K_UNIT, 144)
 MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
 
@@ -257,6 +262,22 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 // of one type and row length, F32 results of one column, contiguous.
 // ---------------------------------------------------------------------------
 
+// Matrices of different types in one group kernel (`wtypes`: 8 bits a
+// matrix, 0 Q4_0, 1 Q8_0, 2 Q4_K, 3 Q6_K; fused_matmul.rs group_types):
+// the type is uniform over a work-group, so the switch does not diverge.
+inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char *w1,
+                            const __global char *arow, long nblocks, int lane) {
+    switch (t) {
+    case 1: return mv_row2_q8_0(w0, w1, arow, nblocks, lane);
+    case 2: return mv_row2_q4_K(w0, w1, arow, nblocks, lane);
+    case 3: return mv_row2_q6_K(w0, w1, arow, nblocks, lane);
+    default: return mv_row2_q4_0(w0, w1, arow, nblocks, lane);
+    }
+}
+// As a ROWDOT2 of MV_GROUP_ROWS, where `m` is the matrix.
+#define mv_row2_by_type(w0, w1, arow, nblocks, lane)                                        \
+    mv_row2_mixed((wtypes >> (8 * m)) & 0xFF, w0, w1, arow, nblocks, lane)
+
 // The group kernels' rows: matrix m, rows r and r + 1 of it (live0/live1
 // where they exist), their results t0 and t1 (in every lane) and d, the
 // matrix's result. Needs the group kernels' arguments w0..w2, act, d0..d2,
@@ -287,7 +308,7 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
                  PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), PK_PARAMS) {                        \
     PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
-    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1)                                     \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes)                      \
     MV_GROUP_ROWS(ROWDOT2)                                                                  \
     if (lane == 0) {                                                                        \
         if (live0) store_f32(d + r * 4, t0);                                                \
@@ -297,6 +318,9 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
 
 MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row2_q4_0)
 MV_GROUP_KERNEL(kernel_mul_mv_group_q8_0, mv_row2_q8_0)
+MV_GROUP_KERNEL(kernel_mul_mv_group_q4_k, mv_row2_q4_K)
+MV_GROUP_KERNEL(kernel_mul_mv_group_q6_k, mv_row2_q6_K)
+MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
 // rows a work-group of GLU_WARPS row groups (each GLU_ROWS / GLU_WARPS rows
@@ -359,6 +383,8 @@ kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(d
 
 MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0)
 MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K)
 
 #ifndef POLYCL_STEP
 // F16 weights x F16 activations (converted rows), float accumulation.
