@@ -108,6 +108,7 @@ models() {
   [[ -f $W/m7-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0 &
   [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0 &
   [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0 &
+  [[ -f $W/m7-q4_k.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_k.gguf" --preset 7b --type q4_k &
   wait
 }
 
@@ -171,7 +172,8 @@ case ${stage:-bench} in
   all) # everything, for one long session: build and models side by side, then measure
     build & models; wait; tail -1 "$W/build.log"
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
-    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; greedy_check; BIN=$BIN bash scripts/probe/step-variants.sh
+    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; bench_one "$W/m7-q4_k.gguf" 7b-q4_k; greedy_check
+    BIN=$BIN bash scripts/probe/step-variants.sh
     backend_ops ;;
   profile) models; profile ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
@@ -183,5 +185,6 @@ case ${stage:-bench} in
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0
+    bench_one "$W/m7-q4_k.gguf" 7b-q4_k
     greedy_check ;;
 esac

@@ -3,7 +3,7 @@
 (the GPU machine has no numpy). Weights are tiles of a pool of valid random
 blocks: fine for speed measurements, where only sizes and shapes matter.
 
-usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0 [--seed N] [--layers N]
+usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0|q4_k [--seed N] [--layers N]
 """
 import argparse
 import os
@@ -17,7 +17,8 @@ PRESETS = {
     "tiny": dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=768, n_vocab=512),
 }
 # ggml type id, block elements, block bytes, llama file type
-TYPES = {"q4_0": (2, 32, 18, 2), "q8_0": (8, 32, 34, 7)}
+# (q4_k: every weight Q4_K, labelled Q4_K_M, the llama file type closest to it)
+TYPES = {"q4_0": (2, 32, 18, 2), "q8_0": (8, 32, 34, 7), "q4_k": (12, 256, 144, 15)}
 F32 = 0
 ALIGN = 32
 
@@ -56,6 +57,10 @@ def block_pool(qtype, rng, nbytes=1 << 20):
     tid, _, bb, _ = TYPES[qtype]
     out = bytearray()
     while len(out) < nbytes:
+        if qtype == "q4_k":  # d and dmin, then random 6-bit scales/mins and codes
+            d, dmin = rng.uniform(0.0002, 0.0008), rng.uniform(0.0002, 0.0008)
+            out += struct.pack("<ee", d, dmin) + rng.randbytes(bb - 4)
+            continue
         d = rng.uniform(0.004, 0.02) if qtype == "q4_0" else rng.uniform(0.0005, 0.002)
         out += struct.pack("<e", d) + rng.randbytes(bb - 2)
     return bytes(out[: (nbytes // bb) * bb])
