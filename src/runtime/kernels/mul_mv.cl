@@ -259,7 +259,8 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 
 // ---------------------------------------------------------------------------
 // Fused decode matmuls (passes/fuse): one activation row (Q8_1), 2-D weights
-// of one type and row length, F32 results of one column, contiguous.
+// of one row length (one type, or several in the _mixed kernels), F32
+// results of one column, contiguous.
 // ---------------------------------------------------------------------------
 
 // Matrices of different types in one group kernel (`wtypes`: 8 bits a
