@@ -36,9 +36,13 @@ pub(super) fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
 /// The group kernels' weight types: the suffix of the kernel (one type, or
 /// `mixed`) and the type codes of `mv_row2_mixed` (8 bits a matrix).
 pub(super) fn group_types(b: &Binder, ws: &[Value], n: &Node) -> Result<(&'static str, i32)> {
+    let suffixes = ws
+        .iter()
+        .map(|&w| suffix(b, w, n))
+        .collect::<Result<Vec<_>>>()?;
     let mut codes = 0i32;
-    for (k, &w) in ws.iter().enumerate() {
-        let code = match suffix(b, w, n)? {
+    for (k, s) in suffixes.iter().enumerate() {
+        let code = match *s {
             "q4_0" => 0,
             "q8_0" => 1,
             "q4_k" => 2,
@@ -46,9 +50,8 @@ pub(super) fn group_types(b: &Binder, ws: &[Value], n: &Node) -> Result<(&'stati
         };
         codes |= code << (8 * k);
     }
-    let first = suffix(b, ws[0], n)?;
-    let same = ws.iter().all(|&w| suffix(b, w, n).ok() == Some(first));
-    Ok((if same { first } else { "mixed" }, codes))
+    let same = suffixes.iter().all(|s| *s == suffixes[0]);
+    Ok((if same { suffixes[0] } else { "mixed" }, codes))
 }
 
 /// The Q8_1 activation of a fused matmul: (memory, byte offset).

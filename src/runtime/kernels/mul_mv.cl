@@ -388,58 +388,42 @@ MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K)
 MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K)
 
 #ifndef POLYCL_STEP
-// F16 weights x F16 activations (converted rows), float accumulation.
-kernel void kernel_mul_mv_f16(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
-                              long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
-    (void)nblocks;
-    float sum = 0.0f;
-    if (w_nb.s0 == 2) {
-        for (long i = lane * 2; i + 1 < w_ne.s0; i += 2 * MV_LANES) {
-            const float2 x = vload_half2(0, (const __global half *)(wrow + i * 2));
-            const float2 y = vload_half2(0, (const __global half *)(arow + i * 2));
-            sum += x.x * y.x + x.y * y.y;
-        }
-        if ((w_ne.s0 & 1) && lane == 0) {
-            const long i = w_ne.s0 - 1;
-            sum += vload_half(0, (const __global half *)(wrow + i * 2)) *
-                   vload_half(0, (const __global half *)(arow + i * 2));
-        }
-    } else {
-        for (long i = lane; i < w_ne.s0; i += MV_LANES) {
-            sum += vload_half(0, (const __global half *)(wrow + i * w_nb.s0)) *
-                   vload_half(0, (const __global half *)(arow + i * 2));
-        }
-    }
-    MV_EPILOGUE
+// F16 weights times activations of ACT_BYTES bytes an element (ACT2 loads
+// two as a float2, ACT one), float accumulation.
+#define MV_F16_KERNEL(NAME, ACT_BYTES, ACT2, ACT)                                           \
+kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
+                 long4 b_ne, TENSOR(dst)) {                                                \
+    MV_PROLOGUE                                                                            \
+    (void)nblocks;                                                                         \
+    float sum = 0.0f;                                                                      \
+    if (w_nb.s0 == 2) {                                                                    \
+        for (long i = lane * 2; i + 1 < w_ne.s0; i += 2 * MV_LANES) {                      \
+            const float2 x = vload_half2(0, (const __global half *)(wrow + i * 2));        \
+            const float2 y = ACT2(arow + i * ACT_BYTES);                                   \
+            sum += x.x * y.x + x.y * y.y;                                                  \
+        }                                                                                  \
+        if ((w_ne.s0 & 1) && lane == 0) {                                                  \
+            const long i = w_ne.s0 - 1;                                                    \
+            sum += vload_half(0, (const __global half *)(wrow + i * 2)) *                  \
+                   ACT(arow + i * ACT_BYTES);                                              \
+        }                                                                                  \
+    } else {                                                                               \
+        for (long i = lane; i < w_ne.s0; i += MV_LANES) {                                  \
+            sum += vload_half(0, (const __global half *)(wrow + i * w_nb.s0)) *            \
+                   ACT(arow + i * ACT_BYTES);                                              \
+        }                                                                                  \
+    }                                                                                      \
+    MV_EPILOGUE                                                                            \
 }
+#define MV_ACT2_F16(p) vload_half2(0, (const __global half *)(p))
+#define MV_ACT2_F32(p) vload2(0, (const __global float *)(p))
 
-// F16 weights x F32 activations read as they are (no conversion launch;
-// the host checked act_nb.s0 == 4): the attention matmuls of a decode step
-// without flash attention (K cache x q, V cache x softmax), and F16 models.
-kernel void kernel_mul_mv_f16_f32(CTENSOR(w), __global const char *act, ulong act_off,
-                                  ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
-    MV_PROLOGUE
-    (void)nblocks;
-    float sum = 0.0f;
-    if (w_nb.s0 == 2) {
-        for (long i = lane * 2; i + 1 < w_ne.s0; i += 2 * MV_LANES) {
-            const float2 x = vload_half2(0, (const __global half *)(wrow + i * 2));
-            const float2 y = vload2(0, (const __global float *)(arow + i * 4));
-            sum += x.x * y.x + x.y * y.y;
-        }
-        if ((w_ne.s0 & 1) && lane == 0) {
-            const long i = w_ne.s0 - 1;
-            sum += vload_half(0, (const __global half *)(wrow + i * 2)) * load_f32(arow + i * 4);
-        }
-    } else {
-        for (long i = lane; i < w_ne.s0; i += MV_LANES) {
-            sum += vload_half(0, (const __global half *)(wrow + i * w_nb.s0)) *
-                   load_f32(arow + i * 4);
-        }
-    }
-    MV_EPILOGUE
-}
+// F16 activations: rows the host converted.
+MV_F16_KERNEL(kernel_mul_mv_f16, 2, MV_ACT2_F16, load_f16)
+// F32 activations read as they are (no conversion launch; the host checked
+// act_nb.s0 == 4): the attention matmuls of a decode step without flash
+// attention (K cache x q, V cache x softmax), and F16 models.
+MV_F16_KERNEL(kernel_mul_mv_f16_f32, 4, MV_ACT2_F32, load_f32)
 
 // ---------------------------------------------------------------------------
 // Matrix-matrix kernels for batches (prompt processing): a 64x64 tile of
