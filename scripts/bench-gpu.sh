@@ -8,7 +8,7 @@
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
 #   stage=all    bash scripts/bench-gpu.sh   # build, models, profile, bench, greedy, backend ops
 #   CUDA=OFF stage=step bash scripts/bench-gpu.sh  # polycl alone: step kernel off/on
-#   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on, launches and host
+#   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on/newest off, launches and host
 #                                            # enqueue time per token, time to first token
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,17 +112,18 @@ models() {
   wait
 }
 
-profile() { # polycl alone, 7B Q4_0: decode with fusions off and on; launches and enqueue time
-  local m=$W/m7-q4_0.gguf f
-  for f in 0 1; do
-    echo "== POLYCL_FUSE=$f"
-    POLYCL_FUSE=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
-      -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
-  done
-  for f in 1 4 8; do
-    echo "== POLYCL_MV_UNROLL=$f"
-    POLYCL_MV_UNROLL=$f GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 \
-      -ngl 99 -fa 1 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
+profile() { # polycl alone: decode with fusions off, on, and on but the newest; launches, host time
+  local m=$W/m7-q4_0.gguf f skip mm
+  echo "== POLYCL_FUSE=0 (7b-q4_0)"
+  POLYCL_FUSE=0 GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
+    -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
+  # The newest fusion (docs/perf.md step 13) skipped and not, alternating, on both model sizes.
+  for mm in m7-q4_0 m1-q4_0; do
+    for skip in matmul_norm none matmul_norm none; do
+      echo "== $mm POLYCL_FUSE_SKIP=$skip"
+      POLYCL_FUSE_SKIP=${skip/none/} GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$W/$mm.gguf" \
+        -dev POLYCL0 -ngl 99 -fa 0,1 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
+    done
   done
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
     -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
@@ -173,7 +174,6 @@ case ${stage:-bench} in
     build & models; wait; tail -1 "$W/build.log"
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0; bench_one "$W/m7-q4_k.gguf" 7b-q4_k; greedy_check
-    BIN=$BIN bash scripts/probe/step-variants.sh
     backend_ops ;;
   profile) models; profile ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU

@@ -6,18 +6,21 @@
 # model shape with 2 and 6 layers, (launches(6) - launches(2)) / 4.
 # Counts come from polycl's "graph compute: N launches" log lines (POLYCL_LOG=1), last decode
 # step. Flash attention on is asserted (llama's default picks it on polycl); off is reported.
+# Issue 5's budget is 8 a layer; the defaults are what the plan takes today (5 a layer + 5:
+# docs/perf.md step 13), so a change that adds decode launches fails here.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
 # (kernel_fa_vec), the Q/K/V projections with rope and cache writes in their epilogue
-# (kernel_mul_mv_group_rope_q4_0) and the norm spread over several work-groups
-# (kernel_fused_rms_norm_wide),
+# (kernel_mul_mv_group_rope_q4_0), the O and down projections with the residual add and the
+# next norm (kernel_mul_mv_norm_q4_0), and the norm spread over several work-groups
+# (kernel_fused_rms_norm_wide, the first layer's, whose input is no matmul),
 # which needs the allocator to keep a residual add's inputs alive (backend/optimize.rs); the
 # in-place fallback kernel_fused_rms_norm must not appear.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-MAX_PER_LAYER=${MAX_PER_LAYER:-8}
-MAX_CONSTANT=${MAX_CONSTANT:-8}
+MAX_PER_LAYER=${MAX_PER_LAYER:-5}
+MAX_CONSTANT=${MAX_CONSTANT:-5}
 
 require_plugin
 ensure_host
@@ -49,7 +52,7 @@ for fa in on off; do
   n2=$(launches 2 "$fa")
   n6=$(launches 6 "$fa")
   if [[ $fa == on ]]; then
-    for k in kernel_fa_vec kernel_mul_mv_group_rope_q4_0 kernel_fused_rms_norm_wide; do
+    for k in kernel_fa_vec kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_norm_q4_0 kernel_fused_rms_norm_wide; do
       grep -qw "$k" "$KERNELS" || { echo "FAIL: decode step (fa on) does not run $k"; fail=1; }
     done
     if grep -qw kernel_fused_rms_norm "$KERNELS"; then
@@ -73,7 +76,7 @@ out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREED
   --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | tail -n 20 >&2; die "Q4_K_M generation failed"; }
 kq=$(echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1)
 echo "Q4_K_M, fa on: decode step: $kq"
-for k in kernel_mul_mv_glu_q4_k kernel_fa_vec kernel_fused_rms_norm_wide; do
+for k in kernel_mul_mv_glu_q4_k kernel_fa_vec kernel_mul_mv_norm_q4_k kernel_fused_rms_norm_wide; do
   grep -qw "$k" <<<"$kq" || { echo "FAIL: Q4_K_M decode step (fa on) does not run $k"; fail=1; }
 done
 grep -qE 'kernel_mul_mv_group_rope_(q4_k|mixed)' <<<"$kq" ||

@@ -9,6 +9,7 @@
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
+//! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`) | skip these passes (default none): for measuring what each one buys |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
@@ -34,6 +35,8 @@ pub struct Config {
     pub fast_kernels: Option<bool>,
     /// Fusion passes on fast-kernel devices (`POLYCL_FUSE`, default on).
     pub fuse: bool,
+    /// Fusion passes not to run (`POLYCL_FUSE_SKIP`).
+    pub fuse_skip: Vec<String>,
     /// Tensor-core prompt matmuls (`POLYCL_MMA`); None: on NVIDIA only.
     pub mma: Option<bool>,
     /// Launches between queue flushes in a graph compute (`POLYCL_FLUSH_EVERY`).
@@ -124,6 +127,17 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             _ => c
                 .problems
                 .push(format!("POLYCL_FUSE={v:?}: expected 0 or 1; fusing")),
+        }
+    }
+    if let Some(v) = get("POLYCL_FUSE_SKIP") {
+        for name in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if crate::passes::fuse::NAMES.contains(&name) {
+                c.fuse_skip.push(name.to_string());
+            } else {
+                c.problems.push(format!(
+                    "POLYCL_FUSE_SKIP={v:?}: no fusion pass is called {name:?}; ignored"
+                ));
+            }
         }
     }
     if let Some(v) = get("POLYCL_MMA") {
@@ -321,5 +335,17 @@ mod tests {
             );
         }
         assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+    }
+
+    #[test]
+    fn fuse_skip_names_passes() {
+        assert!(with(&[]).fuse_skip.is_empty());
+        let c = with(&[("POLYCL_FUSE_SKIP", "matmul_norm, group_rope")]);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert_eq!(c.fuse_skip, ["matmul_norm", "group_rope"]);
+        let c = with(&[("POLYCL_FUSE_SKIP", "norm,rms_norm")]);
+        assert_eq!(c.fuse_skip, ["rms_norm"]);
+        assert_eq!(c.problems.len(), 1);
+        assert!(c.problems[0].contains("\"norm\""), "{:?}", c.problems);
     }
 }

@@ -107,6 +107,12 @@ pub enum Op {
     /// v_rows, (freq factors,) x]; outputs: [w_0 x, w_1 x, w_2 x, rope(q),
     /// rope(k), k_cache updated, v_cache updated].
     MulMatGroupRope(GroupRope),
+    /// A decode matmul, the residual add after it and the FusedRmsNorm of
+    /// the sum. inputs: [w, res, norm weight, x]; outputs: [w x, normed *
+    /// weight, normed, w x + res].
+    MulMatAddNorm {
+        eps: f32,
+    },
 }
 
 /// Which matrix of a MulMatGroupRope is Q, K and V, and the rope.
@@ -216,6 +222,7 @@ impl Op {
             Op::MulMatGlu { .. } => "MulMatGlu",
             Op::RopeStore(_) => "RopeStore",
             Op::MulMatGroupRope(_) => "MulMatGroupRope",
+            Op::MulMatAddNorm { .. } => "MulMatAddRmsNorm",
         }
     }
 
@@ -260,6 +267,7 @@ impl Op {
                 let n = 9 + p.rope.has_freq_factors as usize;
                 n..=n
             }
+            Op::MulMatAddNorm { .. } => 4..=4,
         }
     }
 

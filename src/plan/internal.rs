@@ -425,7 +425,8 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
             | Op::MulMatGroup
             | Op::MulMatGlu { .. }
             | Op::RopeStore(_)
-            | Op::MulMatGroupRope(_) => {
+            | Op::MulMatGroupRope(_)
+            | Op::MulMatAddNorm { .. } => {
                 return Err(bad(format!(
                     "{} is made by the ggml path's fusion passes only",
                     n.op.kind()

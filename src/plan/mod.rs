@@ -9,6 +9,7 @@ pub mod group_rope;
 pub mod internal;
 pub mod lower;
 pub mod lower_state;
+pub mod matmul_norm;
 pub mod mul_mat;
 pub mod mul_mv;
 pub mod q8_cache;
@@ -158,8 +159,14 @@ impl Drop for Plan {
 impl Plan {
     pub fn build(graph: &Graph, device: &Arc<Device>) -> Result<Plan> {
         let mm = mul_mat::MatmulState::new(graph, device);
-        // Matmul activations first, then flash attention's split-KV partials.
-        let scratch_bytes = mm.scratch_bytes() + flash_attn::scratch_bytes(graph, device.is_gpu);
+        // Matmul activations first, then flash attention's split-KV partials,
+        // then the matvec+norm counter.
+        let fa_bytes = flash_attn::scratch_bytes(graph, device.is_gpu);
+        let scratch_bytes = (mm.scratch_bytes() + fa_bytes).max(matmul_norm::scratch_end(
+            graph,
+            mm.scratch_bytes(),
+            fa_bytes,
+        ));
         let scratch = if scratch_bytes > 0 {
             Some(DeviceBuffer::alloc_scratch(device, scratch_bytes)?)
         } else {

@@ -56,9 +56,11 @@ pub fn activation_format(w: GgmlType, ne10: i64, fast_mv: bool) -> Option<(&'sta
 /// weight: every weight of a fused matmul has one type and one row length).
 pub fn matmul_operands(n: &Node) -> Option<(Value, Value)> {
     match n.op {
-        Op::MulMat | Op::MulMatGroup | Op::MulMatGlu { .. } | Op::MulMatGroupRope(_) => {
-            Some((n.inputs[0], *n.inputs.last()?))
-        }
+        Op::MulMat
+        | Op::MulMatGroup
+        | Op::MulMatGlu { .. }
+        | Op::MulMatGroupRope(_)
+        | Op::MulMatAddNorm { .. } => Some((n.inputs[0], *n.inputs.last()?)),
         _ => None,
     }
 }

@@ -37,7 +37,14 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
     ("peer", &[COMMON, include_str!("kernels/peer.cl")]),
-    ("mul_mv", &[COMMON, include_str!("kernels/mul_mv.cl")]),
+    (
+        "mul_mv",
+        &[
+            COMMON,
+            include_str!("kernels/mul_mv.cl"),
+            include_str!("kernels/mul_mv_norm.cl"),
+        ],
+    ),
     (
         "mul_mm_mma",
         &[COMMON, include_str!("kernels/mul_mm_mma.cl")],
@@ -86,6 +93,10 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_glu_q8_0",
     "kernel_mul_mv_glu_q4_k",
     "kernel_mul_mv_glu_q6_k",
+    "kernel_mul_mv_norm_q4_0",
+    "kernel_mul_mv_norm_q8_0",
+    "kernel_mul_mv_norm_q4_k",
+    "kernel_mul_mv_norm_q6_k",
     "kernel_rope_store_f32",
     "kernel_fa_split",
     "kernel_fa_vec",

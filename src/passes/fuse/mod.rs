@@ -8,6 +8,7 @@
 pub mod group_rope;
 pub mod matmul_glu;
 pub mod matmul_group;
+pub mod matmul_norm;
 pub mod rms_norm;
 pub mod rope_store;
 
@@ -21,16 +22,42 @@ pub struct Fused {
     pub matmul_glu: usize,
     pub rope_store: usize,
     pub group_rope: usize,
+    pub matmul_norm: usize,
 }
 
-/// Runs every fusion pass; the order matters only for speed of matching.
+/// The passes by name, in the order `run` runs them (`POLYCL_FUSE_SKIP`
+/// names them).
+pub const NAMES: &[&str] = &[
+    "rms_norm",
+    "matmul_glu",
+    "matmul_group",
+    "rope_store",
+    "group_rope",
+    "matmul_norm",
+];
+
+/// Runs every fusion pass that `POLYCL_FUSE_SKIP` does not name. The order
+/// matters for speed of matching, and matmul_norm takes the norms rms_norm
+/// made. With the step kernel on, matmul_norm does not run: the step kernel
+/// runs the norm as a phase of its own, and PoCL's build of a step program
+/// that also held the fused kernel ran for more than 5 minutes.
 pub fn run(g: &mut Graph) -> Fused {
+    let skip = &crate::config::get().fuse_skip;
+    let step = crate::runtime::step::wanted();
+    let mut pass = |name: &str, f: fn(&mut Graph) -> usize| {
+        if skip.iter().any(|s| s == name) || (step && name == "matmul_norm") {
+            0
+        } else {
+            f(g)
+        }
+    };
     Fused {
-        rms_norm: rms_norm::run(g),
-        matmul_glu: matmul_glu::run(g),
-        matmul_group: matmul_group::run(g),
-        rope_store: rope_store::run(g),
-        group_rope: group_rope::run(g),
+        rms_norm: pass("rms_norm", rms_norm::run),
+        matmul_glu: pass("matmul_glu", matmul_glu::run),
+        matmul_group: pass("matmul_group", matmul_group::run),
+        rope_store: pass("rope_store", rope_store::run),
+        group_rope: pass("group_rope", group_rope::run),
+        matmul_norm: pass("matmul_norm", matmul_norm::run),
     }
 }
 

@@ -125,6 +125,17 @@ inline void store_q8_1_block(__local const float *y, __global char *blk) {
     store_f16(blk + 2, d * (float)qsum);
 }
 
+// Device-wide ordering of this work-item's global stores before its later
+// ones, for kernels where the last work-group to finish reads what the others
+// wrote (fa_split.cl has the argument): mem_fence, plus membar.gl on NVIDIA,
+// where mem_fence is not known to order against other SMs.
+inline void device_fence(void) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+#ifdef POLYCL_NVIDIA
+    asm volatile("membar.gl;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // Sum and max over a warp: the 32 work-items 32w..32w+31 of a work-group.
 // Every work-item gets the result. NVIDIA: shuffles in inline PTX. Elsewhere:

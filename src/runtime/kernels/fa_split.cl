@@ -59,15 +59,6 @@ inline float fa_group_sum(float v, __local float *red) {
     return r;
 }
 
-// Device-wide ordering of this work-item's global stores before its later
-// ones (see the note at the top).
-inline void fa_global_fence(void) {
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-#ifdef POLYCL_NVIDIA
-    asm volatile("membar.gl;" ::: "memory");
-#endif
-}
-
 // Publishes this group's chunk, counts it on the (query, head) counter, and
 // lets the last group to arrive merge every chunk into dst (and its Q8_1
 // copy). Called by every work-item of the group; `outs` is local memory of
@@ -80,14 +71,14 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     // Publish, count, and let the last group of this (query, head) merge. No
     // return before the barriers (PoCL 3.1 miscompiles that); `last` is
     // uniform over the group.
-    fa_global_fence();
+    device_fence();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
     if (l == 0) *last = atomic_inc(ctr) == (uint)(n_chunks - 1);
     barrier(CLK_LOCAL_MEM_FENCE);
     const int merge = *last;
     if (merge) {
-        fa_global_fence();
+        device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
         float Mx = -INFINITY;
         for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
