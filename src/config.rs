@@ -9,7 +9,7 @@
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
-//! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`) | skip these passes (default none): for measuring what each one buys |
+//! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default `matmul_norm`: it measured slower on the H200, docs/perf.md step 13; empty runs every pass) |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
@@ -67,6 +67,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         plan_cache_size: 64,
         q8_cache: 1,
         fuse: true,
+        fuse_skip: vec!["matmul_norm".to_string()],
         flush_every: 16,
         mv_unroll: 4,
         step_groups_per_cu: 4,
@@ -130,6 +131,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         }
     }
     if let Some(v) = get("POLYCL_FUSE_SKIP") {
+        c.fuse_skip.clear();
         for name in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if crate::passes::fuse::NAMES.contains(&name) {
                 c.fuse_skip.push(name.to_string());
@@ -339,7 +341,8 @@ mod tests {
 
     #[test]
     fn fuse_skip_names_passes() {
-        assert!(with(&[]).fuse_skip.is_empty());
+        assert_eq!(with(&[]).fuse_skip, ["matmul_norm"]);
+        assert!(with(&[("POLYCL_FUSE_SKIP", "")]).fuse_skip.is_empty());
         let c = with(&[("POLYCL_FUSE_SKIP", "matmul_norm, group_rope")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         assert_eq!(c.fuse_skip, ["matmul_norm", "group_rope"]);
