@@ -39,8 +39,8 @@ pub struct MatmulKernel {
 }
 
 /// How a weight type wants its activations: format name and bytes per row.
-/// `fast_mv`: the fast decode matvec runs (`mul_mv::fast_matvec`), whose
-/// K-quant kernels read Q8_1 like Q4_0; the portable ones read ggml's Q8_K.
+/// `fast_mv`: the fast kernels run (`mul_mv::fast_kquants`), whose K-quant
+/// matvecs and tiles read Q8_1 like Q4_0; the portable ones read ggml's Q8_K.
 pub fn activation_format(w: GgmlType, ne10: i64, fast_mv: bool) -> Option<(&'static str, u64)> {
     match w {
         F32 => None,
@@ -425,7 +425,7 @@ pub fn lower(b: &mut Binder, n: &Node, v: Value, out: &mut Vec<Launch>) -> Resul
                 b,
                 (n.inputs[0], n.inputs[1]),
                 &x,
-                super::mul_mv::fast_matvec(&b.device, &x),
+                super::mul_mv::fast_kquants(&b.device),
                 out,
             )?
             .0,
@@ -549,7 +549,7 @@ fn lower_split(
     let fast_mv = st
         .parts
         .iter()
-        .all(|p| p.rows.is_empty() || super::mul_mv::fast_matvec(&p.device, &x));
+        .all(|p| p.rows.is_empty() || super::mul_mv::fast_kquants(&p.device));
     let pick = |dev: &Device, w: &Operand| -> Result<MatmulKernel> {
         let fast = if fast_mv || !matches!(wt, Q4K | Q6K) {
             super::mul_mv::select(dev, wt, w, &x)

@@ -37,10 +37,11 @@ pub fn wanted(device: &Device) -> bool {
     config::get().fast_kernels.unwrap_or(device.is_gpu)
 }
 
-/// Whether `select` picks a decode matvec (not a tile kernel or none) for
-/// activations `x` on `device`: what the K-quant activation format follows.
-pub fn fast_matvec(device: &Device, x: &Operand) -> bool {
-    wanted(device) && x.ne[1] <= MAX_MV_BATCH
+/// Whether `select` picks a fast kernel for K-quant weights on `device`
+/// (a decode matvec or, for batches, a tile kernel; both read Q8_1): what
+/// the K-quant activation format follows.
+pub fn fast_kquants(device: &Device) -> bool {
+    wanted(device)
 }
 
 /// A fast kernel that reads activations `x` (of type `xtype`) as they are,
@@ -95,9 +96,13 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
                 });
             }
         }
+        // K-quants: no tensor-core tile yet; a 32-element unit of a
+        // super-block is one step of the dp4a tile.
         let name = match wtype {
             Q4_0 => "kernel_mul_mm_q4_0",
             Q8_0 => "kernel_mul_mm_q8_0",
+            Q4K => "kernel_mul_mm_q4_k",
+            Q6K => "kernel_mul_mm_q6_k",
             _ => return None,
         };
         let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;

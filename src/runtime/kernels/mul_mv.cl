@@ -437,27 +437,72 @@ MV_F16_KERNEL(kernel_mul_mv_f16_f32, 4, MV_ACT2_F32, load_f32)
 #define MM_TILE 64
 #define MM_T 16
 
-// Loads one weight block per row into packed ints: q4_0 nibbles as unsigned
-// bytes (elements 0-15 in ints 0-3, 16-31 in ints 4-7); q8_0 bytes as they are.
-inline void mm_stage_q4_0(const __global char *wb, __local int *dst8, __local float *d) {
+// Stage one 32-element unit `ib` of a weight row as 8 packed ints whose byte
+// l is element l's code (as the Q8_1 activation ints), with the row's float
+// factors for COMBINE: q4_0 nibbles as unsigned bytes (elements 0-15 low,
+// 16-31 high); q8_0 bytes as they are; q4_K unit ib % 8 of super-block
+// ib / 8 (d * scale, dmin * min); q6_K codes minus 32 as signed bytes with
+// d * scale of each 16-element half.
+inline void mm_stage_q4_0(const __global char *row, long ib, __local int *dst8, __local float *d,
+                          __local float *d2) {
+    const __global char *wb = row + ib * 18;
     *d = vload_half(0, (const __global half *)wb);
+    *d2 = 0.0f;
     for (int k = 0; k < 4; ++k) {
         const int q = load_i32_a2(wb + 2 + 4 * k);
         dst8[k] = q & 0x0F0F0F0F;
         dst8[4 + k] = (q >> 4) & 0x0F0F0F0F;
     }
 }
-inline void mm_stage_q8_0(const __global char *wb, __local int *dst8, __local float *d) {
+inline void mm_stage_q8_0(const __global char *row, long ib, __local int *dst8, __local float *d,
+                          __local float *d2) {
+    const __global char *wb = row + ib * 34;
     *d = vload_half(0, (const __global half *)wb);
+    *d2 = 0.0f;
     for (int k = 0; k < 8; ++k) dst8[k] = load_i32_a2(wb + 2 + 4 * k);
 }
+inline void mm_stage_q4_k(const __global char *row, long ib, __local int *dst8, __local float *d,
+                          __local float *d2) {
+    const __global char *wb = row + (ib >> 3) * 144;
+    const int j = (int)(ib & 7);
+    const __global uchar *sb = (const __global uchar *)(wb + 4);
+    int sc, m;
+    if (j < 4) {
+        sc = sb[j] & 63;
+        m = sb[j + 4] & 63;
+    } else {
+        sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
+        m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+    }
+    *d = vload_half(0, (const __global half *)wb) * (float)sc;
+    *d2 = vload_half(1, (const __global half *)wb) * (float)m;
+    const __global int *qs = (const __global int *)(wb + 16 + 32 * (j >> 1));
+    const int sh = 4 * (j & 1);
+    for (int k = 0; k < 8; ++k) dst8[k] = (qs[k] >> sh) & 0x0F0F0F0F;
+}
+inline void mm_stage_q6_k(const __global char *row, long ib, __local int *dst8, __local float *d,
+                          __local float *d2) {
+    const __global char *wb = row + (ib >> 3) * 210;
+    const int g = (int)(ib & 7), n = g >> 2, k = g & 3;
+    const __global char *ql = wb + 64 * n + 32 * (k & 1);
+    const __global char *qh = wb + 128 + 32 * n;
+    const int shl = 4 * (k >> 1), shh = 2 * k;
+    for (int i = 0; i < 8; ++i) {
+        const int lo = (load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
+        const int hi = (load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
+        dst8[i] = as_int(as_char4(lo | (hi << 4)) - (char4)(32));
+    }
+    const float dd = vload_half(0, (const __global half *)(wb + 208));
+    *d = dd * (float)wb[192 + 2 * g];
+    *d2 = dd * (float)wb[192 + 2 * g + 1];
+}
 
-#define MM_KERNEL(NAME, BLOCK_BYTES, STAGE, COMBINE)                                        \
+#define MM_KERNEL(NAME, STAGE, COMBINE)                                        \
 kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
                  long4 b_ne, TENSOR(dst)) {                                                \
     __local int lw[MM_TILE * 8];                                                           \
     __local int la[MM_TILE * 8];                                                           \
-    __local float ldw[MM_TILE], lda[MM_TILE], lsa[MM_TILE];                                \
+    __local float ldw[MM_TILE], ldm[MM_TILE], lda[MM_TILE], lsa[MM_TILE];                 \
     const int tx = get_local_id(0), ty = get_local_id(1);                                  \
     const int tid = ty * MM_T + tx;                                                        \
     const long row0 = get_group_id(0) * MM_TILE, tok0 = get_group_id(1) * MM_TILE;         \
@@ -470,7 +515,7 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
     for (long ib = 0; ib < nblocks; ++ib) {                                                \
         if (tid < MM_TILE) {                                                               \
             const long r = min(row0 + tid, w_ne.s1 - 1);                                   \
-            STAGE(AT(w, 0, r, i02, i03) + ib * BLOCK_BYTES, lw + tid * 8, ldw + tid);      \
+            STAGE(AT(w, 0, r, i02, i03), ib, lw + tid * 8, ldw + tid, ldm + tid);          \
         } else if (tid < 2 * MM_TILE) {                                                    \
             const int t = tid - MM_TILE;                                                   \
             const long tok = min(tok0 + t, b_ne.s1 - 1);                                   \
@@ -486,16 +531,17 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
         for (int i = 0; i < 4; ++i) wr[i] = vload8(0, lw + (tx + MM_T * i) * 8);           \
         for (int j = 0; j < 4; ++j) ar[j] = vload8(0, la + (ty + MM_T * j) * 8);           \
         for (int i = 0; i < 4; ++i) {                                                      \
-            const float dw = ldw[tx + MM_T * i];                                           \
+            const float dw = ldw[tx + MM_T * i], dm = ldm[tx + MM_T * i];                  \
             for (int j = 0; j < 4; ++j) {                                                  \
-                int s = dot4(wr[i].s0, ar[j].s0, 0);                                       \
-                s = dot4(wr[i].s1, ar[j].s1, s);                                           \
-                s = dot4(wr[i].s2, ar[j].s2, s);                                           \
-                s = dot4(wr[i].s3, ar[j].s3, s);                                           \
-                s = dot4(wr[i].s4, ar[j].s4, s);                                           \
-                s = dot4(wr[i].s5, ar[j].s5, s);                                           \
-                s = dot4(wr[i].s6, ar[j].s6, s);                                           \
-                s = dot4(wr[i].s7, ar[j].s7, s);                                           \
+                int slo = dot4(wr[i].s0, ar[j].s0, 0);                                     \
+                slo = dot4(wr[i].s1, ar[j].s1, slo);                                       \
+                slo = dot4(wr[i].s2, ar[j].s2, slo);                                       \
+                slo = dot4(wr[i].s3, ar[j].s3, slo);                                       \
+                int shi = dot4(wr[i].s4, ar[j].s4, 0);                                     \
+                shi = dot4(wr[i].s5, ar[j].s5, shi);                                       \
+                shi = dot4(wr[i].s6, ar[j].s6, shi);                                       \
+                shi = dot4(wr[i].s7, ar[j].s7, shi);                                       \
+                const int s = slo + shi;                                                   \
                 const float da = lda[ty + MM_T * j], sa = lsa[ty + MM_T * j];              \
                 acc[i][j] += COMBINE;                                                      \
             }                                                                              \
@@ -512,6 +558,8 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
     }                                                                                      \
 }
 
-MM_KERNEL(kernel_mul_mm_q4_0, 18, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
-MM_KERNEL(kernel_mul_mm_q8_0, 34, mm_stage_q8_0, dw * da * (float)s)
+MM_KERNEL(kernel_mul_mm_q4_0, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
+MM_KERNEL(kernel_mul_mm_q8_0, mm_stage_q8_0, dw * da * (float)s)
+MM_KERNEL(kernel_mul_mm_q4_k, mm_stage_q4_k, dw * da * (float)s - dm * sa)
+MM_KERNEL(kernel_mul_mm_q6_k, mm_stage_q6_k, da * (dw * (float)slo + dm * (float)shi))
 #endif // POLYCL_STEP
