@@ -544,8 +544,8 @@ fn lower_split(
             b.keep(buf.clone());
         }
     }
-    // One activation for every device: the fast matvec's format only if every
-    // device runs it, else the portable kernels everywhere.
+    // One activation for every device: the fast kernels' format only if every
+    // device runs them, else the portable kernels everywhere.
     let fast_mv = st
         .parts
         .iter()

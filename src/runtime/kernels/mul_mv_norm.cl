@@ -4,7 +4,9 @@
 // for the matmuls that read it), in one launch: llama's O and down
 // projections with the norm of the sublayer that follows. A separate norm
 // kernel cost ~9 us on the H200 (docs/perf.md step 7), mostly its own ramp
-// and drain, for 50 KB of traffic.
+// and drain, for 50 KB of traffic. The pass is off by default: on the H200
+// this kernel's tail measured ~12 us, more than the launch it saves
+// (docs/perf.md step 13).
 //
 // The matvec part is MV2_KERNEL's: two rows a row group, MV_ROWS row groups a
 // work-group; lane 0 writes o and sum for its two rows. The norm needs the
