@@ -60,6 +60,13 @@ static const char *SRC =
     "  barrier(CLK_LOCAL_MEM_FENCE);\n"
     "  if (last) { FENCE(); tail(x, w, y, red, out); if (l == 0) { *ctr = 0; out[5] = gtime(); } } }\n";
 
+static double event_us(cl_event ev) {
+    cl_ulong t0, t1;
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+    return (t1 - t0) / 1e3;
+}
+
 static void die(const char *what, cl_int e) {
     printf("%s failed: %d\n", what, e);
     exit(1);
@@ -134,11 +141,8 @@ int main(void) {
         cl_event ev;
         clEnqueueNDRangeKernel(q, ka, 1, NULL, &wg, &wg, 0, NULL, &ev);
         clEnqueueReadBuffer(q, o, CL_TRUE, 0, 4 * 8, out, 0, NULL, NULL);
-        cl_ulong t0, t1;
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
         printf("tail alone: loads %.2f us, +reduce %.2f us, total %.2f us (%llu cycles); kernel event %.2f us\n",
-               out[0] / 1e3, out[1] / 1e3, out[2] / 1e3, (unsigned long long)out[3], (t1 - t0) / 1e3);
+               out[0] / 1e3, out[1] / 1e3, out[2] / 1e3, (unsigned long long)out[3], event_us(ev));
         clReleaseEvent(ev);
     }
 
@@ -160,12 +164,9 @@ int main(void) {
         cl_event ev;
         clEnqueueNDRangeKernel(q, ks, 1, NULL, &global, &wg, 0, NULL, &ev);
         clEnqueueReadBuffer(q, o, CL_TRUE, 0, 6 * 8, out, 0, NULL, NULL);
-        cl_ulong t0, t1;
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
         printf("50 MB stream + last-group tail: kernel %.2f us; tail loads %.2f us, +reduce %.2f us, total %.2f us "
                "(%llu cycles, %.2f GHz); ticket to tail end %.2f us\n",
-               (t1 - t0) / 1e3, out[0] / 1e3, out[1] / 1e3, out[2] / 1e3, (unsigned long long)out[3],
+               event_us(ev), out[0] / 1e3, out[1] / 1e3, out[2] / 1e3, (unsigned long long)out[3],
                out[2] ? (double)out[3] / out[2] : 0.0, (double)(out[5] - out[4]) / 1e3);
         clReleaseEvent(ev);
     }

@@ -104,6 +104,15 @@ inline float qk_div(float a, float b) {
     return q;
 }
 
+// Four Q8_1 codes q = rint(y * id) packed in an int (element 0 in the low
+// byte), their sum added to *qsum.
+inline int q8_1_pack4(float4 y, float id, int *qsum) {
+    const int q0 = (int)rint(y.x * id), q1 = (int)rint(y.y * id);
+    const int q2 = (int)rint(y.z * id), q3 = (int)rint(y.w * id);
+    *qsum += q0 + q1 + q2 + q3;
+    return (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
+}
+
 // One Q8_1 block (half d, half d * sum(q), int8 q[32]) of 32 floats in local
 // memory, for fast kernels that quantize their own output for the next
 // matmul: d = amax / 127, q = rint(y / d). `blk` is 4-byte aligned (36-byte
@@ -115,11 +124,8 @@ inline void store_q8_1_block(__local const float *y, __global char *blk) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int qsum = 0;
     for (int j = 0; j < 32; j += 4) {
-        const int q0 = (int)rint(y[j] * id), q1 = (int)rint(y[j + 1] * id);
-        const int q2 = (int)rint(y[j + 2] * id), q3 = (int)rint(y[j + 3] * id);
-        qsum += q0 + q1 + q2 + q3;
-        *(__global int *)(blk + 4 + j) =
-            (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
+        const float4 v = (float4)(y[j], y[j + 1], y[j + 2], y[j + 3]);
+        *(__global int *)(blk + 4 + j) = q8_1_pack4(v, id, &qsum);
     }
     store_f16(blk, d);
     store_f16(blk + 2, d * (float)qsum);

@@ -136,20 +136,26 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
 // results feed these as they feed Q4_0. (The portable kernels keep ggml's
 // Q8_K activations, which is what makes them CPU-exact.)
 
+// Scale and min (6 bits each) of sub-block j of the Q4_K super-block at wb:
+// ggml's get_scale_min_k4.
+inline void q4_k_scale_min(const __global char *wb, int j, int *sc, int *m) {
+    const __global uchar *sb = (const __global uchar *)(wb + 4);
+    if (j < 4) {
+        *sc = sb[j] & 63;
+        *m = sb[j + 4] & 63;
+    } else {
+        *sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
+        *m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+    }
+}
+
 // Q4_K: unit j of a super-block is sub-block j: scale sc and min m (6 bits
 // each, ggml's get_scale_min_k4), 4-bit codes in nibble (j & 1) of qs[32 *
 // (j / 2) + l]. Sum: d_a * d * sc * sum(code * q_a) - dmin * m * s_a, where
 // s_a = d_a * sum(q_a) is the Q8_1 block's second half.
 inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, float sa) {
-    const __global uchar *sb = (const __global uchar *)(wb + 4);
     int sc, m;
-    if (j < 4) {
-        sc = sb[j] & 63;
-        m = sb[j + 4] & 63;
-    } else {
-        sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
-        m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
-    }
+    q4_k_scale_min(wb, j, &sc, &m);
     const int8 q = vload8(0, (const __global int *)(wb + 16 + 32 * (j >> 1)));
     const int sh = 4 * (j & 1);
     int isum = 0;
@@ -465,15 +471,8 @@ inline void mm_stage_q4_k(const __global char *row, long ib, __local int *dst8, 
                           __local float *d2) {
     const __global char *wb = row + (ib >> 3) * 144;
     const int j = (int)(ib & 7);
-    const __global uchar *sb = (const __global uchar *)(wb + 4);
     int sc, m;
-    if (j < 4) {
-        sc = sb[j] & 63;
-        m = sb[j + 4] & 63;
-    } else {
-        sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
-        m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
-    }
+    q4_k_scale_min(wb, j, &sc, &m);
     *d = vload_half(0, (const __global half *)wb) * (float)sc;
     *d2 = vload_half(1, (const __global half *)wb) * (float)m;
     const __global int *qs = (const __global int *)(wb + 16 + 32 * (j >> 1));

@@ -29,6 +29,22 @@
 #define MVN_WG (MV_ROWS * MV_LANES)
 #define MVN_QK 32
 
+// Loads block b of the sum into x (registers, once inlined); returns its
+// sum of squares.
+inline float mvn_load_block(const volatile __global float *sum, long b, float *x) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MVN_QK; j += 4) {
+        const float4 v = *(const volatile __global float4 *)(sum + b * MVN_QK + j);
+        x[j] = v.x;
+        x[j + 1] = v.y;
+        x[j + 2] = v.z;
+        x[j + 3] = v.w;
+        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    return acc;
+}
+
 // The norm of the whole row, by the last work-group (`last`; the others only
 // join the barriers, which PoCL needs outside conditional code): work-item i
 // takes Q8_1 blocks i, i + MVN_WG, ..., keeping its first block in registers
@@ -42,17 +58,7 @@ inline void mvn_norm_row(int last, const volatile __global float *sum, const __g
     const long nblk = last ? n / MVN_QK : 0;
     float x[MVN_QK];
     float acc = 0.0f;
-    if (lid < nblk) {
-#pragma unroll
-        for (int j = 0; j < MVN_QK; j += 4) {
-            const float4 v = *(const volatile __global float4 *)(sum + lid * MVN_QK + j);
-            x[j] = v.x;
-            x[j + 1] = v.y;
-            x[j + 2] = v.z;
-            x[j + 3] = v.w;
-            acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    }
+    if (lid < nblk) acc = mvn_load_block(sum, lid, x);
     for (long b = lid + MVN_WG; b < nblk; b += MVN_WG) {
         for (int j = 0; j < MVN_QK; j += 4) {
             const float4 v = *(const volatile __global float4 *)(sum + b * MVN_QK + j);
@@ -67,16 +73,7 @@ inline void mvn_norm_row(int last, const volatile __global float *sum, const __g
     const float scale = 1.0f / sqrt(total / (float)n + eps);
 
     for (long b = lid; b < nblk; b += MVN_WG) {
-        if (b != lid) {
-#pragma unroll
-            for (int j = 0; j < MVN_QK; j += 4) {
-                const float4 v = *(const volatile __global float4 *)(sum + b * MVN_QK + j);
-                x[j] = v.x;
-                x[j + 1] = v.y;
-                x[j + 2] = v.z;
-                x[j + 3] = v.w;
-            }
-        }
+        if (b != lid) mvn_load_block(sum, b, x);
         float amax = 0.0f;
 #pragma unroll
         for (int j = 0; j < MVN_QK; j += 4) {
@@ -100,11 +97,8 @@ inline void mvn_norm_row(int last, const volatile __global float *sum, const __g
             int qsum = 0;
 #pragma unroll
             for (int j = 0; j < MVN_QK; j += 4) {
-                const int q0 = (int)rint(x[j] * id), q1 = (int)rint(x[j + 1] * id);
-                const int q2 = (int)rint(x[j + 2] * id), q3 = (int)rint(x[j + 3] * id);
-                qsum += q0 + q1 + q2 + q3;
-                *(__global int *)(blk + 4 + j) =
-                    (q0 & 0xff) | ((q1 & 0xff) << 8) | ((q2 & 0xff) << 16) | ((q3 & 0xff) << 24);
+                const float4 v = (float4)(x[j], x[j + 1], x[j + 2], x[j + 3]);
+                *(__global int *)(blk + 4 + j) = q8_1_pack4(v, id, &qsum);
             }
             store_f16(blk, d);
             store_f16(blk + 2, d * (float)qsum);
