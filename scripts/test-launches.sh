@@ -95,6 +95,15 @@ if grep -q kernel_quantize <<<"$kq"; then
   echo "FAIL: Q4_K_M decode step (fa on) quantizes activations in a launch of its own"; fail=1
 fi
 
+# POLYCL_PROFILE_TWICE (benchmarks: what one kernel costs inside the launch
+# chain) launches the named kernel twice: one more GLU launch a layer.
+n2=$(launches 2 on)
+n2t=$(POLYCL_PROFILE_TWICE=kernel_mul_mv_glu_q4_0 launches 2 on)
+echo "POLYCL_PROFILE_TWICE=kernel_mul_mv_glu_q4_0, fa on: 2 layers $n2 -> $n2t"
+if [[ -z "$n2" || -z "$n2t" ]] || (( n2t != n2 + 2 )); then
+  echo "FAIL: POLYCL_PROFILE_TWICE did not launch the GLU kernel twice a layer"; fail=1
+fi
+
 # The step kernel (POLYCL_STEP=1): a decode step's launches no longer grow
 # with the layer count.
 n2=$(POLYCL_STEP=1 launches 2 on)

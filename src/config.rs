@@ -18,6 +18,7 @@
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
 //! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
 //! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
+//! | `POLYCL_PROFILE_TWICE` | a kernel name, e.g. `kernel_mul_mv_q4_0` | benchmarks only: launch every launch of that kernel twice, so the difference in a benchmark's time is what the kernel costs inside the real launch chain (profiling events overstate short kernels by ~5 us on the H200, docs/perf.md step 15); the results are wrong |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub mv_unroll: u32,
     /// GPU time per kernel in the log (`POLYCL_PROFILE`).
     pub profile: bool,
+    /// A kernel launched twice for timing (`POLYCL_PROFILE_TWICE`).
+    pub profile_twice: Option<String>,
     /// The persistent step kernel (`POLYCL_STEP`); None: off.
     pub step: Option<bool>,
     /// Step kernel work-groups per compute unit (`POLYCL_STEP_GROUPS`).
@@ -209,6 +212,16 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
+    if let Some(v) = get("POLYCL_PROFILE_TWICE") {
+        let name = v.trim();
+        if name.is_empty() {
+            c.problems.push(format!(
+                "POLYCL_PROFILE_TWICE={v:?}: expected a kernel name; launching once"
+            ));
+        } else {
+            c.profile_twice = Some(name.to_string());
+        }
+    }
     if let Some(v) = get("POLYCL_Q8_CACHE") {
         match v.trim() {
             "0" => c.q8_cache = 0,
@@ -287,6 +300,16 @@ mod tests {
         assert_eq!(c.devices, None);
         assert_eq!(c.plan_cache_size, 64);
         assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn profile_twice_names_a_kernel() {
+        let c = with(&[("POLYCL_PROFILE_TWICE", " kernel_fa_vec ")]);
+        assert_eq!(c.profile_twice.as_deref(), Some("kernel_fa_vec"));
+        assert!(c.problems.is_empty());
+        let c = with(&[("POLYCL_PROFILE_TWICE", " ")]);
+        assert_eq!(c.profile_twice, None);
+        assert!(c.problems[0].contains("POLYCL_PROFILE_TWICE"));
     }
 
     #[test]

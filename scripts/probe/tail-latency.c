@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *SRC =
     "#ifdef NV\n"
@@ -31,27 +32,39 @@ static const char *SRC =
     "  for (int s = 0; s < steps; ++s) i = next[i];\n"
     "  out[0] = gtime() - t0; out[1] = clk() - c0; out[2] = i; }\n"
     // The tail: 128 work-items, 32 floats each, sum of squares, scale, two rows out.
+    // Variants (build options): LAYOUT 1 = element j*128+l (a warp's accesses
+    // contiguous) instead of l*32+j; WFIRST 1 = the weights loaded before any
+    // store; FENCE_END 0 no barrier at the end, 1 barrier(global), 2 barrier(local).
+    "#ifndef LAYOUT\n#define LAYOUT 0\n#endif\n#ifndef WFIRST\n#define WFIRST 0\n#endif\n"
+    "#ifndef FENCE_END\n#define FENCE_END 1\n#endif\n"
+    "#if LAYOUT\n#define IX(l, j) ((j) * 128 + (l))\n#else\n#define IX(l, j) ((l) * 32 + (j))\n#endif\n"
     "inline void tail(const global float *x, const global float *w, global float *y, local float *red,\n"
     "                 global ulong *out) {\n"
     "  const int l = get_local_id(0); const ulong t0 = gtime(), c0 = clk();\n"
     "  float v[32]; float acc = 0.0f;\n"
-    "  for (int j = 0; j < 32; j += 4) { const float4 a = vload4(0, x + l * 32 + j);\n"
-    "    v[j] = a.x; v[j+1] = a.y; v[j+2] = a.z; v[j+3] = a.w; acc += dot(a, a); }\n"
+    "  for (int j = 0; j < 32; ++j) { v[j] = x[IX(l, j)]; acc += v[j] * v[j]; }\n"
     "  const ulong t1 = gtime();\n"
     "  red[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
     "  float tot = 0.0f; for (int k = 0; k < 128; ++k) tot += red[k];\n"
     "  const float sc = rsqrt(tot / 4096.0f + 1e-5f); const ulong t2 = gtime();\n"
-    "  for (int j = 0; j < 32; j += 4) { const float4 a = (float4)(v[j], v[j+1], v[j+2], v[j+3]) * sc;\n"
-    "    vstore4(a, 0, y + l * 32 + j); vstore4(a * vload4(0, w + l * 32 + j), 0, y + 4096 + l * 32 + j); }\n"
-    "  barrier(CLK_GLOBAL_MEM_FENCE);\n"
-    "  if (l == 0) { out[0] = t1 - t0; out[1] = t2 - t0; out[2] = gtime() - t0; out[3] = clk() - c0; } }\n"
-    "kernel void tail_alone(const global float *x, const global float *w, global float *y, global ulong *out) {\n"
+    "#if WFIRST\n"
+    "  float ws[32]; for (int j = 0; j < 32; ++j) ws[j] = w[IX(l, j)];\n"
+    "  for (int j = 0; j < 32; ++j) { y[IX(l, j)] = v[j] * sc; y[4096 + IX(l, j)] = v[j] * sc * ws[j]; }\n"
+    "#else\n"
+    "  for (int j = 0; j < 32; ++j) { y[IX(l, j)] = v[j] * sc; y[4096 + IX(l, j)] = v[j] * sc * w[IX(l, j)]; }\n"
+    "#endif\n"
+    "  const ulong t3 = gtime();\n"
+    "#if FENCE_END == 1\n  barrier(CLK_GLOBAL_MEM_FENCE);\n#elif FENCE_END == 2\n  barrier(CLK_LOCAL_MEM_FENCE);\n#endif\n"
+    "  if (l == 0) { out[0] = t1 - t0; out[1] = t2 - t0; out[2] = gtime() - t0; out[3] = clk() - c0;\n"
+    "    out[7] = t3 - t0; } }\n"
+"kernel void tail_alone(const global float *x, const global float *w, global float *y, global ulong *out) {\n"
     "  local float red[128]; tail(x, w, y, red, out); }\n"
     // 512 groups stream `per` floats each, then count; the last runs the tail.
     "kernel void stream_then_tail(const global float4 *big, int per, global float *x, const global float *w,\n"
-    "                             global float *y, volatile global uint *ctr, global ulong *out) {\n"
+    "                             global float *y, volatile global uint *ctr, global ulong *out, long base) {\n"
     "  local float red[128]; local int last; const int l = get_local_id(0), g = get_group_id(0);\n"
-    "  float4 s = 0.0f; const global float4 *p = big + (long)g * per;\n"
+    "  if (g == 0 && l == 0) out[6] = gtime();\n"
+    "  float4 s = 0.0f; const global float4 *p = big + base + (long)g * per;\n"
     "  for (int i = l; i < per; i += 128) s += p[i];\n"
     "  red[l] = s.x + s.y + s.z + s.w; barrier(CLK_LOCAL_MEM_FENCE);\n"
     "  if (l < 8) x[g * 8 + l] = red[l * 16];\n"
@@ -146,29 +159,98 @@ int main(void) {
         clReleaseEvent(ev);
     }
 
-    const int groups = 512, per = (50 << 20) / 16 / groups;
-    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_ONLY, (size_t)groups * per * 16, NULL, &e);
+    // The tail's variants, each a program of its own.
+    const char *variants[] = {"-DLAYOUT=0 -DWFIRST=0 -DFENCE_END=1", "-DLAYOUT=0 -DWFIRST=0 -DFENCE_END=0",
+                              "-DLAYOUT=0 -DWFIRST=0 -DFENCE_END=2", "-DLAYOUT=0 -DWFIRST=1 -DFENCE_END=1",
+                              "-DLAYOUT=1 -DWFIRST=0 -DFENCE_END=1", "-DLAYOUT=1 -DWFIRST=1 -DFENCE_END=0"};
+    for (size_t vi = 0; vi < sizeof variants / sizeof *variants; ++vi) {
+        char opts[256];
+        snprintf(opts, sizeof opts, "%s %s", nv ? "-DNV" : "", variants[vi]);
+        cl_program pv = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
+        if (clBuildProgram(pv, 1, &d, opts, NULL, NULL)) die("variant build", 1);
+        if (vi == 0) { // the PTX, to read what the barrier and the stores became
+            size_t n = 0;
+            clGetProgramInfo(pv, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL);
+            unsigned char *bin = malloc(n + 1);
+            clGetProgramInfo(pv, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL);
+            const char *dir = getenv("OUT");
+            char path[512];
+            snprintf(path, sizeof path, "%s/tail.ptx", dir ? dir : "/tmp");
+            FILE *f = fopen(path, "wb");
+            if (f) { fwrite(bin, 1, n, f); fclose(f); }
+            free(bin);
+        }
+        cl_kernel kv = clCreateKernel(pv, "tail_alone", &e);
+        clSetKernelArg(kv, 0, sizeof x, &x);
+        clSetKernelArg(kv, 1, sizeof w, &w);
+        clSetKernelArg(kv, 2, sizeof y, &y);
+        clSetKernelArg(kv, 3, sizeof o, &o);
+        for (int r = 0; r < 3; ++r) {
+            cl_event ev;
+            clEnqueueNDRangeKernel(q, kv, 1, NULL, &wg, &wg, 0, NULL, &ev);
+            clEnqueueReadBuffer(q, o, CL_TRUE, 0, 8 * 8, out, 0, NULL, NULL);
+            if (r == 2)
+                printf("tail %-36s loads %.2f, +reduce %.2f, +stores %.2f, +end %.2f us; event %.2f us\n",
+                       variants[vi], out[0] / 1e3, out[1] / 1e3, out[7] / 1e3, out[2] / 1e3, event_us(ev));
+            clReleaseEvent(ev);
+        }
+        clReleaseKernel(kv);
+        clReleaseProgram(pv);
+    }
+
+    // The stream at a 7B matvec's size and at the O projection's (4096 x 4096
+    // Q4_0, 9.4 MB); group 0's start stamp against the event says how much of
+    // the event is not the kernel running.
+    const int groups = 512;
+    const size_t stream_bytes[] = {50u << 20, 9u << 20};
+    // 1 GiB, each launch reading the next slice, so L2 (50 MB) holds none of it.
+    const size_t big_bytes = (size_t)1 << 30;
+    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_ONLY, big_bytes, NULL, &e);
     if (e) die("big buffer", e);
     cl_uint zero = 0;
     cl_mem ctr = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 4, &zero, &e);
     cl_kernel ks = clCreateKernel(pr, "stream_then_tail", &e);
     clSetKernelArg(ks, 0, sizeof big, &big);
-    clSetKernelArg(ks, 1, sizeof per, &per);
     clSetKernelArg(ks, 2, sizeof x, &x);
     clSetKernelArg(ks, 3, sizeof w, &w);
     clSetKernelArg(ks, 4, sizeof y, &y);
     clSetKernelArg(ks, 5, sizeof ctr, &ctr);
     clSetKernelArg(ks, 6, sizeof o, &o);
     const size_t global = (size_t)groups * wg;
-    for (int r = 0; r < 4; ++r) {
-        cl_event ev;
-        clEnqueueNDRangeKernel(q, ks, 1, NULL, &global, &wg, 0, NULL, &ev);
-        clEnqueueReadBuffer(q, o, CL_TRUE, 0, 6 * 8, out, 0, NULL, NULL);
-        printf("50 MB stream + last-group tail: kernel %.2f us; tail loads %.2f us, +reduce %.2f us, total %.2f us "
-               "(%llu cycles, %.2f GHz); ticket to tail end %.2f us\n",
-               event_us(ev), out[0] / 1e3, out[1] / 1e3, out[2] / 1e3, (unsigned long long)out[3],
-               out[2] ? (double)out[3] / out[2] : 0.0, (double)(out[5] - out[4]) / 1e3);
-        clReleaseEvent(ev);
+    for (int s = 0; s < 2; ++s) {
+        const int per = (int)(stream_bytes[s] / 16 / groups);
+        clSetKernelArg(ks, 1, sizeof per, &per);
+        const int slices = (int)(big_bytes / stream_bytes[s]);
+        for (int r = 0; r < 4; ++r) {
+            const cl_long base = (cl_long)(r % slices) * (cl_long)(stream_bytes[s] / 16);
+            clSetKernelArg(ks, 7, sizeof base, &base);
+            cl_event ev;
+            clEnqueueNDRangeKernel(q, ks, 1, NULL, &global, &wg, 0, NULL, &ev);
+            clEnqueueReadBuffer(q, o, CL_TRUE, 0, 7 * 8, out, 0, NULL, NULL);
+            printf("%zu MB stream + last-group tail: event %.2f us, group 0 start to tail end %.2f us, "
+                   "stream to ticket %.2f us; tail loads %.2f us, +reduce %.2f us, total %.2f us "
+                   "(%llu cycles, %.2f GHz); ticket to tail end %.2f us\n",
+                   stream_bytes[s] >> 20, event_us(ev), (double)(out[5] - out[6]) / 1e3,
+                   (double)(out[4] - out[6]) / 1e3, out[0] / 1e3, out[1] / 1e3, out[2] / 1e3,
+                   (unsigned long long)out[3], out[2] ? (double)out[3] / out[2] : 0.0,
+                   (double)(out[5] - out[4]) / 1e3);
+            clReleaseEvent(ev);
+        }
+        // Back to back without events, as a decode step runs them: the wall
+        // time a launch in the chain costs.
+        struct timespec t0, t1;
+        clFinish(q);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int r = 0; r < 200; ++r) {
+            const cl_long base = (cl_long)((r + 4) % slices) * (cl_long)(stream_bytes[s] / 16);
+            clSetKernelArg(ks, 7, sizeof base, &base);
+            clEnqueueNDRangeKernel(q, ks, 1, NULL, &global, &wg, 0, NULL, NULL);
+        }
+        clFinish(q);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("%zu MB stream + tail, 200 back to back: %.2f us a launch (%.0f GB/s)\n", stream_bytes[s] >> 20,
+               ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / 200,
+               stream_bytes[s] * 200.0 / ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)));
     }
     return 0;
 }

@@ -354,27 +354,50 @@ fn st_type(g: &Graph, n: &Node) -> GgmlType {
 }
 
 /// The activation conversion of `x` into `scratch` at `offset`, for weights `wt`.
+/// Q8_1 for the fast kernels (`fast`) comes from the coalesced quantizer in
+/// `mul_mv.cl`; the portable kernels keep the CPU's exact bytes.
 fn convert_launch(
     b: &Binder,
     convert: &str,
     x: &Operand,
     scratch: opencl3::types::cl_mem,
     offset: u64,
+    fast: bool,
 ) -> Result<Launch> {
+    let rows = [x.ne[1] as usize, (x.ne[2] * x.ne[3]) as usize];
+    if fast && convert == "kernel_quantize_q8_1" {
+        const WG: usize = 128;
+        let global = [(x.ne[0] as usize).div_ceil(WG) * WG, rows[0], rows[1]];
+        return grid(
+            b,
+            "mul_mv",
+            "kernel_quantize_q8_1_fast",
+            global,
+            Some([WG, 1, 1]),
+            "quantize",
+            |a| {
+                a.tensor(x)?.ptr(scratch, offset)?;
+                Ok(())
+            },
+        );
+    }
     let blocks = match convert {
         "kernel_convert_f16" => x.ne[0],
         "kernel_quantize_q8_1" => x.ne[0] / 32,
         _ => x.ne[0] / 256,
     };
-    let global = [
-        blocks as usize,
-        x.ne[1] as usize,
-        (x.ne[2] * x.ne[3]) as usize,
-    ];
-    grid(b, "mul_mat", convert, global, None, "quantize", |a| {
-        a.tensor(x)?.ptr(scratch, offset)?;
-        Ok(())
-    })
+    grid(
+        b,
+        "mul_mat",
+        convert,
+        [blocks as usize, rows[0], rows[1]],
+        None,
+        "quantize",
+        |a| {
+            a.tensor(x)?.ptr(scratch, offset)?;
+            Ok(())
+        },
+    )
 }
 
 fn portable(wt: GgmlType, w: &Operand, x: &Operand) -> Result<MatmulKernel> {
@@ -481,7 +504,7 @@ pub(crate) fn activation(
         Some(s) => b.mm.q8.bind_launch(out.len(), s),
         None => {}
     }
-    out.push(convert_launch(b, convert, x, scratch, offset)?);
+    out.push(convert_launch(b, convert, x, scratch, offset, fast_mv)?);
     Ok(((scratch, offset, nb), slot))
 }
 

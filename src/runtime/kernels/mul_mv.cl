@@ -394,6 +394,41 @@ MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K)
 MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K)
 
 #ifndef POLYCL_STEP
+// Q8_1 activations for the fast kernels, the bytes of store_q8_1_block.
+// global {ne0 rounded up to 128, ne1, ne2 * ne3}, local {128, 1, 1}; ne0 %
+// 32 == 0. One block a warp, one element a work-item, so a warp reads one
+// 128-byte line and writes one 32-byte run: kernel_quantize_q8_1 (mul_mat.cl,
+// the CPU's exact bytes) walks a block per work-item, 32 floats at a
+// 128-byte stride across a warp, which one SM turns into a transaction per
+// float (~42 us for a 512 x 4096 prompt activation on the H200, docs/perf.md
+// step 15).
+kernel void kernel_quantize_q8_1_fast(CTENSOR(a), __global char *q, ulong q_off) {
+    __local float scratch_all[128];
+    const int lid = get_local_id(0), lane = lid % 32;
+    __local float *scratch = scratch_all + (lid / 32) * 32;
+    const long e = get_global_id(0);
+    const long i1 = get_global_id(1);
+    const long i2 = get_global_id(2) % a_ne.s2, i3 = get_global_id(2) / a_ne.s2;
+    // Whole warps are live or not (ne0 % 32 == 0); every work-item joins the
+    // reductions, whose portable form has barriers.
+    const int live = e < a_ne.s0;
+    const float x = live ? load_f32(AT(a, e, i1, i2, i3)) : 0.0f;
+    const float amax = warp_max(fabs(x), scratch);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int qi = (int)rint(x * id);
+    const float qsum = warp_sum((float)qi, scratch);
+    if (live) {
+        const long row = i1 + a_ne.s1 * (i2 + a_ne.s2 * i3);
+        __global char *blk = q + q_off + (row * (a_ne.s0 / 32) + e / 32) * Q8_1_BLOCK;
+        blk[4 + lane] = (char)qi;
+        if (lane == 0) {
+            store_f16(blk, d);
+            store_f16(blk + 2, d * qsum);
+        }
+    }
+}
+
 // F16 weights times activations of ACT_BYTES bytes an element (ACT2 loads
 // two as a float2, ACT one), float accumulation.
 #define MV_F16_KERNEL(NAME, ACT_BYTES, ACT2, ACT)                                           \

@@ -12,9 +12,8 @@
 // work-group; lane 0 writes o and sum for its two rows. The norm needs the
 // whole sum, so the work-group that finishes last does it ("last block done",
 // as kernel_fa_vec; fa_split.cl has the memory-ordering argument): it reads
-// the sum back through volatile pointers, one 32-element Q8_1 block per
-// work-item held in registers, and puts the counter back to 0 for the next
-// launch. The counter lives in the plan's scratch, zeroed when the plan is
+// the sum back through volatile pointers, one element of a Q8_1 block a lane
+// (mvn_norm_row), and puts the counter back to 0 for the next launch. The counter lives in the plan's scratch, zeroed when the plan is
 // built.
 //
 // The host (passes/fuse/matmul_norm.rs, plan/matmul_norm.rs) checked: 2-D
@@ -29,80 +28,161 @@
 #define MVN_WG (MV_ROWS * MV_LANES)
 #define MVN_QK 32
 
-// Loads block b of the sum into x (registers, once inlined); returns its
-// sum of squares.
-inline float mvn_load_block(const volatile __global float *sum, long b, float *x) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < MVN_QK; j += 4) {
-        const float4 v = *(const volatile __global float4 *)(sum + b * MVN_QK + j);
-        x[j] = v.x;
-        x[j + 1] = v.y;
-        x[j + 2] = v.z;
-        x[j + 3] = v.w;
-        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    return acc;
+#define MVN_WARPS (MVN_WG / 32)
+// Blocks a warp keeps in registers: rows up to MVN_WARPS * MVN_KEEP * 32
+// elements (4096) take one read; longer rows read the rest again.
+#define MVN_KEEP 32
+// Blocks whose Q8_1 reductions run interleaved (registers against latency).
+#define MVN_CHUNK 8
+
+// Element `lane` of block b: a warp's loads and stores are whole 128-byte
+// lines. The tail first held one block per work-item (32 floats at a
+// 128-byte stride across a warp) and took ~12 us on the H200; the probe
+// (scripts/probe/tail-latency.c) measured that layout at ~9 us of stores for
+// one work-group, and 0.6 us for this one with the weights loaded before any
+// store (a load after a store the compiler cannot prove apart waits for the
+// store's round trip).
+inline long mvn_at(int warp, int k, int lane) {
+    return (long)(warp + k * MVN_WARPS) * MVN_QK + lane;
 }
 
-// The norm of the whole row, by the last work-group (`last`; the others only
-// join the barriers, which PoCL needs outside conditional code): work-item i
-// takes Q8_1 blocks i, i + MVN_WG, ..., keeping its first block in registers
-// between the sum of squares and the outputs (one block each for rows up to
-// 4096 elements).
+#ifdef POLYCL_NVIDIA
+// MVN_CHUNK butterflies at once, so their shuffles overlap.
+inline void mvn_warp_max_n(float *v, __local float *scratch) {
+    (void)scratch;
+    for (int m = 16; m >= 1; m >>= 1) {
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) {
+            float o;
+            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
+            v[j] = fmax(v[j], o);
+        }
+    }
+}
+inline void mvn_warp_sum_n(float *v, __local float *scratch) {
+    (void)scratch;
+    for (int m = 16; m >= 1; m >>= 1) {
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) {
+            float o;
+            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
+            v[j] += o;
+        }
+    }
+}
+#else
+inline void mvn_warp_max_n(float *v, __local float *scratch) {
+    for (int j = 0; j < MVN_CHUNK; ++j) v[j] = warp_max(v[j], scratch);
+}
+inline void mvn_warp_sum_n(float *v, __local float *scratch) {
+    for (int j = 0; j < MVN_CHUNK; ++j) v[j] = warp_sum(v[j], scratch);
+}
+#endif
+
+// The Q8_1 blocks of MVN_CHUNK normed values y[j] (block warp + (k0 + j) *
+// MVN_WARPS, this lane's element), the bytes of store_q8_1_block: d =
+// amax / 127, q = rint(y / d), the sum of q exact in float.
+inline void mvn_store_q8(const float *y, int k0, int nk, int warp, int lane, __global char *q8,
+                         __local float *scratch) {
+    float amax[MVN_CHUNK], qsum[MVN_CHUNK];
+    int q[MVN_CHUNK];
+#pragma unroll
+    for (int j = 0; j < MVN_CHUNK; ++j) amax[j] = fabs(y[j]);
+    mvn_warp_max_n(amax, scratch);
+#pragma unroll
+    for (int j = 0; j < MVN_CHUNK; ++j) {
+        const float d = amax[j] / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        q[j] = (int)rint(y[j] * id);
+        qsum[j] = (float)q[j];
+        amax[j] = d;
+    }
+    mvn_warp_sum_n(qsum, scratch);
+#pragma unroll
+    for (int j = 0; j < MVN_CHUNK; ++j) {
+        if (k0 + j < nk) {
+            __global char *blk = q8 + (long)(warp + (k0 + j) * MVN_WARPS) * 36;
+            blk[4 + lane] = (char)q[j];
+            if (lane == 0) {
+                store_f16(blk, amax[j]);
+                store_f16(blk + 2, amax[j] * qsum[j]);
+            }
+        }
+    }
+}
+
+// The norm of the whole row, by the last work-group (`last`; the others run
+// the same loops with no blocks, since PoCL's barriers in warp_sum need every
+// work-item): warp w takes blocks w, w + MVN_WARPS, ..., one element a lane.
 inline void mvn_norm_row(int last, const volatile __global float *sum, const __global float *nw,
                          __global float *normed, __global float *dst, __global char *q8,
                          int has_q8, long n, float eps, __local float *red) {
     const int lid = get_local_id(0);
-    const int lane = lid % MV_LANES, warp = lid / MV_LANES;
-    const long nblk = last ? n / MVN_QK : 0;
-    float x[MVN_QK];
+    const int lane = lid % 32, warp = lid / 32;
+    __local float *scratch = red + MV_ROWS + warp * 32;
+    const int nblk = last ? (int)(n / MVN_QK) : 0;
+    // Blocks of this warp, and of the busiest warp (the trip count every
+    // work-item runs where the reductions hold barriers).
+    const int nk = (nblk - warp + MVN_WARPS - 1) / MVN_WARPS;
+    const int nk_max = (nblk + MVN_WARPS - 1) / MVN_WARPS;
+    float x[MVN_KEEP];
     float acc = 0.0f;
-    if (lid < nblk) acc = mvn_load_block(sum, lid, x);
-    for (long b = lid + MVN_WG; b < nblk; b += MVN_WG) {
-        for (int j = 0; j < MVN_QK; j += 4) {
-            const float4 v = *(const volatile __global float4 *)(sum + b * MVN_QK + j);
-            acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
+#pragma unroll
+    for (int k = 0; k < MVN_KEEP; ++k) {
+        x[k] = k < nk ? sum[mvn_at(warp, k, lane)] : 0.0f;
+        acc += x[k] * x[k];
     }
-    const float ws = warp_sum(acc, red + MV_ROWS + warp * MV_LANES);
+    for (int k = MVN_KEEP; k < nk; ++k) {
+        const float v = sum[mvn_at(warp, k, lane)];
+        acc += v * v;
+    }
+    const float ws = warp_sum(acc, scratch);
     if (lane == 0) red[warp] = ws;
     barrier(CLK_LOCAL_MEM_FENCE);
     float total = 0.0f;
-    for (int i = 0; i < MV_ROWS; ++i) total += red[i];
+    for (int i = 0; i < MVN_WARPS; ++i) total += red[i];
     const float scale = 1.0f / sqrt(total / (float)n + eps);
 
-    for (long b = lid; b < nblk; b += MVN_WG) {
-        if (b != lid) mvn_load_block(sum, b, x);
-        float amax = 0.0f;
+    // A chunk's weights are loaded before its stores (normed and dst may
+    // share memory with the sum's inputs, so the compiler keeps loads after
+    // stores in order); then its Q8_1 blocks.
 #pragma unroll
-        for (int j = 0; j < MVN_QK; j += 4) {
-            const long e = b * MVN_QK + j;
-            const float4 w4 = vload4(0, nw + e);
-            const float4 nv = (float4)(x[j], x[j + 1], x[j + 2], x[j + 3]) * scale;
-            const float4 y = nv * w4;
-            vstore4(nv, 0, normed + e);
-            vstore4(y, 0, dst + e);
-            x[j] = y.x;
-            x[j + 1] = y.y;
-            x[j + 2] = y.z;
-            x[j + 3] = y.w;
-            amax = fmax(amax, fmax(fmax(fabs(y.x), fabs(y.y)), fmax(fabs(y.z), fabs(y.w))));
-        }
-        // The bytes of store_q8_1_block: d = amax / 127, q = rint(y / d).
-        if (has_q8) {
-            __global char *blk = q8 + b * 36;
-            const float d = amax / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
-            int qsum = 0;
+    for (int k0 = 0; k0 < MVN_KEEP; k0 += MVN_CHUNK) {
+        float y[MVN_CHUNK];
 #pragma unroll
-            for (int j = 0; j < MVN_QK; j += 4) {
-                const float4 v = (float4)(x[j], x[j + 1], x[j + 2], x[j + 3]);
-                *(__global int *)(blk + 4 + j) = q8_1_pack4(v, id, &qsum);
+        for (int j = 0; j < MVN_CHUNK; ++j) y[j] = k0 + j < nk ? nw[mvn_at(warp, k0 + j, lane)] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) {
+            const int k = k0 + j;
+            const float nv = x[k] * scale;
+            y[j] *= nv;
+            if (k < nk) {
+                normed[mvn_at(warp, k, lane)] = nv;
+                dst[mvn_at(warp, k, lane)] = y[j];
             }
-            store_f16(blk, d);
-            store_f16(blk + 2, d * (float)qsum);
         }
+        if (has_q8) mvn_store_q8(y, k0, nk, warp, lane, q8, scratch);
+    }
+    // Rows longer than MVN_KEEP blocks a warp: the rest read again, a chunk
+    // at a time (each element is read before the one lane that owns it
+    // writes it).
+    for (int k0 = MVN_KEEP; k0 < nk_max; k0 += MVN_CHUNK) {
+        float y[MVN_CHUNK], nv[MVN_CHUNK];
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) {
+            const int live = k0 + j < nk;
+            nv[j] = live ? sum[mvn_at(warp, k0 + j, lane)] * scale : 0.0f;
+            y[j] = live ? nw[mvn_at(warp, k0 + j, lane)] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) {
+            y[j] *= nv[j];
+            if (k0 + j < nk) {
+                normed[mvn_at(warp, k0 + j, lane)] = nv[j];
+                dst[mvn_at(warp, k0 + j, lane)] = y[j];
+            }
+        }
+        if (has_q8) mvn_store_q8(y, k0, nk, warp, lane, q8, scratch);
     }
 }
 
