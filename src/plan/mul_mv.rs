@@ -46,8 +46,9 @@ pub fn fast_kquants(device: &Device) -> bool {
 
 /// A fast kernel that reads activations `x` (of type `xtype`) as they are,
 /// with no conversion launch before it, if one applies: F16 weights times
-/// F32 activations of the decode shape. The step saves the attention's two
-/// conversions per layer when flash attention is off.
+/// F32 activations of the decode shape (which saves the attention's two
+/// conversions a layer when flash attention is off), and F16 or F32
+/// weights times F32 batches on the float tile.
 pub fn select_raw(
     device: &Device,
     wtype: GgmlType,
@@ -55,7 +56,26 @@ pub fn select_raw(
     w: &Operand,
     x: &Operand,
 ) -> Option<MatmulKernel> {
-    if !wanted(device) || wtype != F16 || xtype != F32 || x.ne[1] > MAX_MV_BATCH || x.nb[0] != 4 {
+    if !wanted(device) || xtype != F32 || x.nb[0] != 4 {
+        return None;
+    }
+    if x.ne[1] > MAX_MV_BATCH {
+        // Batches: the float tile (attention matmuls without flash
+        // attention, F16 models' prompts).
+        let name = match wtype {
+            F16 if w.nb[0] == 2 => "kernel_mul_mm_f16_f32",
+            F32 if w.nb[0] == 4 => "kernel_mul_mm_f32_f32",
+            _ => return None,
+        };
+        let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;
+        return Some(MatmulKernel {
+            program: "mul_mv",
+            name: name.to_string(),
+            global: [tiles(w.ne[1]), tiles(x.ne[1]), (x.ne[2] * x.ne[3]) as usize],
+            local: [MM_T, MM_T, 1],
+        });
+    }
+    if wtype != F16 {
         return None;
     }
     Some(MatmulKernel {

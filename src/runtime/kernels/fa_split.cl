@@ -238,7 +238,7 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 // aligned rows, D <= 256 and D % 4 == 0, with a chunk of at most FV_MAX_CHUNK.
 #define FV_WARPS 4
 #define FV_WG (FV_WARPS * 32)
-#define FV_KB 8
+#define FV_KB 8 // warp_sum8 reduces a step's scores
 #define FV_SLOTS (FA_MAX_D / 128)
 #define FV_MAX_CHUNK 256
 
@@ -300,9 +300,10 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
             }
             dots[kb] = a;
         }
+        warp_sum8(dots, wred);
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
-            const float dsum = warp_sum(dots[kb], wred);
+            const float dsum = dots[kb];
             const int j = t0 + warp * FV_KB + kb;
             if (lane == 0 && j < nk) {
                 const float mv = mvs[kb];

@@ -596,4 +596,71 @@ MM_KERNEL(kernel_mul_mm_q4_0, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
 MM_KERNEL(kernel_mul_mm_q8_0, mm_stage_q8_0, dw * da * (float)s)
 MM_KERNEL(kernel_mul_mm_q4_k, mm_stage_q4_k, dw * da * (float)s - dm * sa)
 MM_KERNEL(kernel_mul_mm_q6_k, mm_stage_q6_k, da * (dw * (float)slo + dm * (float)shi))
+
+// Float tiles for batches of F16 or F32 weights times F32 activations (the
+// attention's KQ and KQV matmuls without flash attention, F16 models'
+// prompts): a 64x64 tile of (weight rows x tokens), 16x16 work-items of 4x4
+// outputs each (rows tx + 16 i, tokens ty + 16 j), float accumulation.
+// Each step stages MMF_K elements of the K dimension for the tile's rows and
+// tokens in local memory, K-major (a warp's reads of a K row are 16
+// consecutive floats, the other half-warp's the same ones), one float of
+// padding a row so the staging writes (a warp: one weight row's 32
+// consecutive K elements, read coalesced from global) hit 32 banks.
+// Rows and tokens past the end repeat the last one (computed, never
+// stored); K past the end stages zeros. Weight and activation rows must be
+// contiguous in K (nb0 = the element size); other strides are free, with
+// ggml's broadcasting of the weights over dims 2 and 3.
+// Launch: global {16 * ceil(ne01 / 64), 16 * ceil(ne11 / 64), ne12 * ne13},
+// local {16, 16, 1}.
+#define MMF_K 32
+#define MMF_S (MM_TILE + 1)
+#define MMF_KERNEL(NAME, LOAD_W)                                                               \
+kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,           \
+                 long4 b_ne, TENSOR(dst)) {                                                    \
+    __local float lw[MMF_K * MMF_S];                                                           \
+    __local float la[MMF_K * MMF_S];                                                           \
+    const int tx = get_local_id(0), ty = get_local_id(1);                                      \
+    const int tid = ty * MM_T + tx;                                                            \
+    const long row0 = get_group_id(0) * MM_TILE, tok0 = get_group_id(1) * MM_TILE;             \
+    const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;            \
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);               \
+    const long ne00 = w_ne.s0;                                                                 \
+    const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;            \
+    float acc[4][4];                                                                           \
+    for (int i = 0; i < 4; ++i)                                                                \
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;                                          \
+    for (long k0 = 0; k0 < ne00; k0 += MMF_K) {                                                \
+        for (int e = tid; e < MM_TILE * MMF_K; e += MM_T * MM_T) {                             \
+            const int r = e / MMF_K, kk = e % MMF_K;                                           \
+            const long k = k0 + kk;                                                            \
+            const long wr = min(row0 + r, w_ne.s1 - 1);                                        \
+            const long tok = min(tok0 + r, b_ne.s1 - 1);                                       \
+            lw[kk * MMF_S + r] = k < ne00 ? LOAD_W(AT(w, k, wr, i02, i03)) : 0.0f;             \
+            la[kk * MMF_S + r] =                                                               \
+                k < ne00 ? *(const __global float *)(abase + tok * act_nb.s1 + k * 4) : 0.0f;  \
+        }                                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+        for (int kk = 0; kk < MMF_K; ++kk) {                                                   \
+            float wv[4], av[4];                                                                \
+            for (int i = 0; i < 4; ++i) wv[i] = lw[kk * MMF_S + tx + MM_T * i];                \
+            for (int j = 0; j < 4; ++j) av[j] = la[kk * MMF_S + ty + MM_T * j];                \
+            for (int i = 0; i < 4; ++i)                                                        \
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma(wv[i], av[j], acc[i][j]);          \
+        }                                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                          \
+    for (int i = 0; i < 4; ++i) {                                                              \
+        const long r = row0 + tx + MM_T * i;                                                   \
+        if (r >= w_ne.s1) continue;                                                            \
+        for (int j = 0; j < 4; ++j) {                                                          \
+            const long t = tok0 + ty + MM_T * j;                                               \
+            if (t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[i][j]);                    \
+        }                                                                                      \
+    }                                                                                          \
+}
+
+#define MMF_LOAD_F16(p) vload_half(0, (const __global half *)(p))
+#define MMF_LOAD_F32(p) (*(const __global float *)(p))
+MMF_KERNEL(kernel_mul_mm_f16_f32, MMF_LOAD_F16)
+MMF_KERNEL(kernel_mul_mm_f32_f32, MMF_LOAD_F32)
 #endif // POLYCL_STEP

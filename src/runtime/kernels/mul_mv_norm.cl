@@ -32,7 +32,7 @@
 // Blocks a warp keeps in registers: rows up to MVN_WARPS * MVN_KEEP * 32
 // elements (4096) take one read; longer rows read the rest again.
 #define MVN_KEEP 32
-// Blocks whose Q8_1 reductions run interleaved (registers against latency).
+// Blocks whose Q8_1 reductions run interleaved (warp_max8 / warp_sum8).
 #define MVN_CHUNK 8
 
 // Element `lane` of block b: a warp's loads and stores are whole 128-byte
@@ -46,39 +46,6 @@ inline long mvn_at(int warp, int k, int lane) {
     return (long)(warp + k * MVN_WARPS) * MVN_QK + lane;
 }
 
-#ifdef POLYCL_NVIDIA
-// MVN_CHUNK butterflies at once, so their shuffles overlap.
-inline void mvn_warp_max_n(float *v, __local float *scratch) {
-    (void)scratch;
-    for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
-            v[j] = fmax(v[j], o);
-        }
-    }
-}
-inline void mvn_warp_sum_n(float *v, __local float *scratch) {
-    (void)scratch;
-    for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
-            v[j] += o;
-        }
-    }
-}
-#else
-inline void mvn_warp_max_n(float *v, __local float *scratch) {
-    for (int j = 0; j < MVN_CHUNK; ++j) v[j] = warp_max(v[j], scratch);
-}
-inline void mvn_warp_sum_n(float *v, __local float *scratch) {
-    for (int j = 0; j < MVN_CHUNK; ++j) v[j] = warp_sum(v[j], scratch);
-}
-#endif
-
 // The Q8_1 blocks of MVN_CHUNK normed values y[j] (block warp + (k0 + j) *
 // MVN_WARPS, this lane's element), the bytes of store_q8_1_block: d =
 // amax / 127, q = rint(y / d), the sum of q exact in float.
@@ -88,7 +55,7 @@ inline void mvn_store_q8(const float *y, int k0, int nk, int warp, int lane, __g
     int q[MVN_CHUNK];
 #pragma unroll
     for (int j = 0; j < MVN_CHUNK; ++j) amax[j] = fabs(y[j]);
-    mvn_warp_max_n(amax, scratch);
+    warp_max8(amax, scratch);
 #pragma unroll
     for (int j = 0; j < MVN_CHUNK; ++j) {
         const float d = amax[j] / 127.0f;
@@ -97,7 +64,7 @@ inline void mvn_store_q8(const float *y, int k0, int nk, int warp, int lane, __g
         qsum[j] = (float)q[j];
         amax[j] = d;
     }
-    mvn_warp_sum_n(qsum, scratch);
+    warp_sum8(qsum, scratch);
 #pragma unroll
     for (int j = 0; j < MVN_CHUNK; ++j) {
         if (k0 + j < nk) {
