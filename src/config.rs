@@ -12,6 +12,7 @@
 //! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default `matmul_norm`: it measured slower on the H200, docs/perf.md step 13; empty runs every pass) |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
+//! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage; its local memory must fit in 48 KiB (default `2,2,2,4,4`, a 64x64 tile): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
@@ -44,6 +45,8 @@ pub struct Config {
     pub flush_every: usize,
     /// Loop unroll of the decode matvecs' block loop (`POLYCL_MV_UNROLL`).
     pub mv_unroll: u32,
+    /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
+    pub mma_tile: MmaTile,
     /// GPU time per kernel in the log (`POLYCL_PROFILE`).
     pub profile: bool,
     /// A kernel launched twice for timing (`POLYCL_PROFILE_TWICE`).
@@ -61,6 +64,101 @@ pub struct Config {
     pub q8_cache: u8,
     /// Problems found while reading; logged once at init, each names its variable.
     pub problems: Vec<String>,
+}
+
+/// Shape of the tensor-core prompt tile of `mul_mm_mma.cl`: `wm` x `wn`
+/// warps, each `mt` x `nt` m16n8 tiles, `kb` 32-element blocks per stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaTile {
+    pub wm: usize,
+    pub wn: usize,
+    pub mt: usize,
+    pub nt: usize,
+    pub kb: usize,
+}
+
+impl Default for MmaTile {
+    fn default() -> Self {
+        MmaTile {
+            wm: 2,
+            wn: 2,
+            mt: 2,
+            nt: 4,
+            kb: 4,
+        }
+    }
+}
+
+/// Local memory a work-group may use: NVIDIA's static limit, which the
+/// kernel's fixed-size local arrays cannot exceed.
+const MMA_LOCAL_LIMIT: usize = 48 << 10;
+
+impl MmaTile {
+    /// Work-items per work-group (32 per warp).
+    pub fn work_items(&self) -> usize {
+        32 * self.wm * self.wn
+    }
+
+    /// Weight rows per tile.
+    pub fn rows(&self) -> usize {
+        self.wm * self.mt * 16
+    }
+
+    /// Tokens per tile.
+    pub fn tokens(&self) -> usize {
+        self.wn * self.nt * 8
+    }
+
+    /// Bytes of local memory the kernel declares, laid out as its
+    /// MMA_LOCALS: int8 rows of MMA_S ints for weights and tokens, a float
+    /// scale per weight block, a (d, s) float pair per token block, and the
+    /// emulation's 6 ints per work-item (not declared on NVIDIA, counted
+    /// anyway so one shape is valid everywhere).
+    pub fn local_bytes(&self) -> usize {
+        let stride = self.kb * 8 + if self.kb == 1 { 0 } else { 8 };
+        let ints = (self.rows() + self.tokens()) * stride
+            + self.kb * self.rows()
+            + self.kb * self.tokens() * 2
+            + self.work_items() * 6;
+        ints * 4
+    }
+
+    /// The kernel's build options.
+    pub fn defines(&self) -> String {
+        format!(
+            "-DMMA_WM={} -DMMA_WN={} -DMMA_MT={} -DMMA_NT={} -DMMA_KB={}",
+            self.wm, self.wn, self.mt, self.nt, self.kb
+        )
+    }
+}
+
+fn parse_mma_tile(v: &str) -> std::result::Result<MmaTile, String> {
+    let n: Vec<usize> = v
+        .split(',')
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| "expected five integers WM,WN,MT,NT,KB".to_string())?;
+    let [wm, wn, mt, nt, kb] = n[..] else {
+        return Err("expected five integers WM,WN,MT,NT,KB".to_string());
+    };
+    let t = MmaTile { wm, wn, mt, nt, kb };
+    if ![1, 2, 4].contains(&wm) || ![1, 2, 4].contains(&wn) || ![2, 4, 8].contains(&(wm * wn)) {
+        return Err(format!(
+            "WM={wm}, WN={wn}: each must be 1, 2 or 4 and WM*WN 2, 4 or 8"
+        ));
+    }
+    if ![1, 2, 4].contains(&mt) || ![1, 2, 4, 8].contains(&nt) || ![1, 2, 4, 8].contains(&kb) {
+        return Err(format!(
+            "MT={mt}, NT={nt}, KB={kb}: MT must be 1, 2 or 4, NT and KB 1, 2, 4 or 8"
+        ));
+    }
+    let bytes = t.local_bytes();
+    if bytes > MMA_LOCAL_LIMIT {
+        return Err(format!(
+            "needs {bytes} bytes of local memory, more than {MMA_LOCAL_LIMIT}"
+        ));
+    }
+    Ok(t)
 }
 
 /// Reads the configuration through `get` (the environment in `get()`; a
@@ -168,6 +266,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             _ => c.problems.push(format!(
                 "POLYCL_MV_UNROLL={v:?}: expected an integer from 1 to 16; using 4"
             )),
+        }
+    }
+    if let Some(v) = get("POLYCL_MMA_TILE") {
+        match parse_mma_tile(&v) {
+            Ok(t) => c.mma_tile = t,
+            Err(e) => c
+                .problems
+                .push(format!("POLYCL_MMA_TILE={v:?}: {e}; using 2,2,2,4,4")),
         }
     }
     if let Some(v) = get("POLYCL_STEP") {
@@ -360,6 +466,50 @@ mod tests {
             );
         }
         assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+    }
+
+    #[test]
+    fn mma_tile_shapes() {
+        let c = with(&[]);
+        assert_eq!(c.mma_tile, MmaTile::default());
+        assert_eq!(
+            c.mma_tile.defines(),
+            "-DMMA_WM=2 -DMMA_WN=2 -DMMA_MT=2 -DMMA_NT=4 -DMMA_KB=4"
+        );
+        assert_eq!(
+            (
+                c.mma_tile.work_items(),
+                c.mma_tile.rows(),
+                c.mma_tile.tokens()
+            ),
+            (128, 64, 64)
+        );
+        // 64 rows and tokens of 40 ints, 256 + 512 scales, 128 x 6 scratch.
+        assert_eq!(c.mma_tile.local_bytes(), 26624);
+        let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,4,2")]);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let t = c.mma_tile;
+        assert_eq!((t.work_items(), t.rows(), t.tokens()), (256, 64, 128));
+        assert_eq!(with(&[("POLYCL_MMA_TILE", "2,2,2,4,8")]).mma_tile.kb, 8);
+        for bad in [
+            "2,2,2,4",
+            "2,2,2,4,4,4",
+            "2,x,2,4,4",
+            "3,2,2,4,4",
+            "1,1,2,4,4",
+            "4,4,2,4,4",
+            "2,2,8,4,4",
+            "2,2,2,16,4",
+            "2,2,2,4,3",
+            // 128x64 at KB=8: 55 KiB of staged rows alone.
+            "4,2,2,4,8",
+        ] {
+            let c = with(&[("POLYCL_MMA_TILE", bad)]);
+            assert_eq!(c.mma_tile, MmaTile::default(), "{bad}");
+            assert_eq!(c.problems.len(), 1, "{bad}");
+            assert!(c.problems[0].contains("POLYCL_MMA_TILE"), "{bad}");
+        }
+        assert!(with(&[("POLYCL_MMA_TILE", "4,2,2,4,8")]).problems[0].contains("local memory"));
     }
 
     #[test]

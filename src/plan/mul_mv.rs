@@ -21,8 +21,6 @@ const MV_LANES: usize = 32;
 const MAX_MV_BATCH: i64 = 8;
 const MM_TILE: usize = 64;
 const MM_T: usize = 16;
-/// Work-items of a tensor-core tile (`mul_mm_mma.cl`): 4 warps, one 64x64 tile.
-const MMA_WG: usize = 128;
 /// Elements per quantization block; the mma kernels take whole blocks (K=32).
 const QK: i64 = 32;
 
@@ -103,16 +101,18 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
                 _ => None,
             };
             if let Some(name) = name {
-                let tiles = |n: i64| (n as usize).div_ceil(MM_TILE);
+                // The shape the program was built with (POLYCL_MMA_TILE).
+                let tile = config::get().mma_tile;
+                let wg = tile.work_items();
                 return Some(MatmulKernel {
                     program: "mul_mm_mma",
                     name: name.to_string(),
                     global: [
-                        tiles(w.ne[1]) * MMA_WG,
-                        tiles(x.ne[1]),
+                        (w.ne[1] as usize).div_ceil(tile.rows()) * wg,
+                        (x.ne[1] as usize).div_ceil(tile.tokens()),
                         (x.ne[2] * x.ne[3]) as usize,
                     ],
-                    local: [MMA_WG, 1, 1],
+                    local: [wg, 1, 1],
                 });
             }
         }

@@ -120,11 +120,19 @@ pub fn build_source_with(
         Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
     // Vendor-specific code paths (inline PTX) are chosen per device here, at
     // run time, never when polycl is compiled.
-    let unroll = crate::config::get().mv_unroll;
-    let options = if device.is_nvidia {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} -DPOLYCL_NVIDIA=1 {extra}")
+    let config = crate::config::get();
+    let unroll = config.mv_unroll;
+    // The tile shape only for its program, so that sweeping it leaves the
+    // other programs' cached binaries (keyed by options) valid.
+    let tile = if name == "mul_mm_mma" {
+        config.mma_tile.defines()
     } else {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {extra}")
+        String::new()
+    };
+    let options = if device.is_nvidia {
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} -DPOLYCL_NVIDIA=1 {extra}")
+    } else {
+        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} {extra}")
     };
     if let Some(cached) = super::binary_cache::load(device, source, &options) {
         return Ok(cached);

@@ -2,34 +2,57 @@
 // Q8_0 weights times Q8_1 activations (common.cl + this file).
 //
 // Same arguments and broadcasting as kernel_mul_mm_* in mul_mv.cl, so the
-// planner can swap them in. A work-group of 4 warps (128 work-items) computes a
-// 64x64 tile of (weight rows x tokens); warp w owns the 32x32 sub-tile at rows
-// (w & 1) * 32, tokens (w >> 1) * 32, as 2x4 m16n8 tiles. Each stage copies
-// MMA_KB 32-element blocks of the tile's 64 weight rows (Q4_0 nibbles widened
-// to bytes) and 64 tokens into local memory as int8, with their scales; then
-// per block every warp runs 8 integer mma m16n8k32 (one block is exactly K=32)
-// and folds each integer result into float accumulators with the block's
-// scales, because the scales change every 32 elements.
+// planner can swap them in. The tile shape is a build option
+// (POLYCL_MMA_TILE, config.rs, which also checks that its local memory fits):
+// MMA_WM x MMA_WN warps, each owning MMA_MT x MMA_NT m16n8 tiles, so a
+// work-group of 32 * MMA_WM * MMA_WN work-items computes a tile of MMA_TM
+// weight rows by MMA_TN tokens; warp w owns the sub-tile at rows
+// (w % MMA_WM) * MMA_MT * 16, tokens (w / MMA_WM) * MMA_NT * 8. Each stage
+// copies MMA_KB 32-element blocks of the tile's weight rows (Q4_0 nibbles
+// widened to bytes) and tokens into local memory as int8, with their scales;
+// then per block every warp runs MMA_MT * MMA_NT integer mma m16n8k32 (one
+// block is exactly K=32) and folds each integer result into float
+// accumulators with the block's scales, because the scales change every 32
+// elements.
 //
 // Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync in inline PTX.
 // Elsewhere a work-group-local emulation with the same fragment layout runs
 // instead, so the staging and fragment indexing are tested on CPU devices the
 // same way they run on the GPU.
 //
-// Launch: global {128 * ceil(ne01 / 64), ceil(ne11 / 64), ne12 * ne13},
-// local {128, 1, 1}. Needs ne00 % 32 == 0.
+// Launch: global {MMA_WG * ceil(ne01 / MMA_TM), ceil(ne11 / MMA_TN),
+// ne12 * ne13}, local {MMA_WG, 1, 1}. Needs ne00 % 32 == 0.
 
 #define QK 32
 #define Q8_1_BLOCK 36
-#define MMA_TILE 64
-#define MMA_WG 128
+// The defaults are the 64x64 tile of 2x2 warps of 2x4 m16n8 tiles; the
+// planner always passes all five.
+#ifndef MMA_WM
+#define MMA_WM 2
+#endif
+#ifndef MMA_WN
+#define MMA_WN 2
+#endif
+#ifndef MMA_MT
+#define MMA_MT 2
+#endif
+#ifndef MMA_NT
+#define MMA_NT 4
+#endif
 // Blocks per stage: more blocks amortise the two barriers of a stage and make
 // longer contiguous global reads per row, at the cost of local memory.
+#ifndef MMA_KB
 #define MMA_KB 4
-// Ints per staged row. The 8-int pad makes the row stride 8 banks mod 32, so
-// the 64-bit fragment loads of a half-warp (4 rows x 4 lanes) hit 32
-// distinct banks.
-#define MMA_S (MMA_KB * 8 + 8)
+#endif
+#define MMA_WG (32 * MMA_WM * MMA_WN)
+#define MMA_TM (MMA_WM * MMA_MT * 16)
+#define MMA_TN (MMA_WN * MMA_NT * 8)
+// Ints per staged row. A half-warp's 64-bit fragment loads read 4 rows x 4
+// lanes x 2 ints; they hit 32 distinct banks when the row stride is 8 or 24
+// banks mod 32. MMA_KB * 8 + 8 is (16, 24, 8, 8) mod 32 for MMA_KB = 1, 2, 4, 8;
+// for MMA_KB = 1 no pad (stride 8) is the conflict-free one. config.rs
+// computes the same stride for its local memory check.
+#define MMA_S (MMA_KB * 8 + (MMA_KB == 1 ? 0 : 8))
 
 // Inside a staged block the eight 4-byte K chunks are stored in the order
 // 0,4,1,5,2,6,3,7: the chunks lane tig needs (tig and 4 + tig, i.e. k bytes
@@ -115,12 +138,20 @@ inline int8 mma_fetch_q8_0(const __global char *wb) {
                   mma_load_i32_a2(wb + 14), mma_load_i32_a2(wb + 30));
 }
 
-// Blocks of weights (and of activations) each work-item copies per stage.
-#define MMA_SLOTS (MMA_TILE * MMA_KB / MMA_WG)
+// Blocks each work-item copies per stage: weight rows and tokens separately,
+// since the tile need not be square. When a count does not divide evenly the
+// last slot's surplus work-items copy nothing (MMA_*_REM folds the check
+// away otherwise).
+#define MMA_W_BLOCKS (MMA_TM * MMA_KB)
+#define MMA_A_BLOCKS (MMA_TN * MMA_KB)
+#define MMA_W_SLOTS ((MMA_W_BLOCKS + MMA_WG - 1) / MMA_WG)
+#define MMA_A_SLOTS ((MMA_A_BLOCKS + MMA_WG - 1) / MMA_WG)
+#define MMA_W_REM (MMA_W_BLOCKS % MMA_WG != 0)
+#define MMA_A_REM (MMA_A_BLOCKS % MMA_WG != 0)
 
-// One 64x64 output tile; `q4` picks the weight format (a constant at each
-// call, so the other format's code folds away). The local arrays are the
-// kernel's, since OpenCL C 1.2 declares local memory only at kernel scope.
+// One MMA_TM x MMA_TN output tile; `q4` picks the weight format (a constant
+// at each call, so the other format's code folds away). The local arrays are
+// the kernel's, since OpenCL C 1.2 declares local memory only at kernel scope.
 // Forced inline: a C99 `inline` function too big to inline has no external
 // definition, and `q4` must fold to a constant.
 inline __attribute__((always_inline)) void
@@ -130,38 +161,45 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
     const int tid = get_local_id(0);
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, tig = lane & 3;
-    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
-    const long row0 = get_group_id(0) * MMA_TILE, tok0 = get_group_id(1) * MMA_TILE;
+    const int wm = (warp % MMA_WM) * (MMA_MT * 16), wn = (warp / MMA_WM) * (MMA_NT * 8);
+    const long row0 = get_group_id(0) * MMA_TM, tok0 = get_group_id(1) * MMA_TN;
     const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;
     const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);
     const long nblocks = w_ne.s0 / QK;
     const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
-    float acc[2][4][4];
+    float acc[MMA_MT][MMA_NT][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < MMA_NT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
     // A stage's global data goes through registers: the next stage's loads
     // are issued before this stage's mma work, so their latency hides behind it.
-    int8 wq[MMA_SLOTS], aq[MMA_SLOTS];
-    float wd[MMA_SLOTS];
-    float2 ad[MMA_SLOTS];
+    int8 wq[MMA_W_SLOTS], aq[MMA_A_SLOTS];
+    float wd[MMA_W_SLOTS];
+    float2 ad[MMA_A_SLOTS];
     const long nstages = (nblocks + MMA_KB - 1) / MMA_KB;
     for (long st = -1; st < nstages; ++st) {
         const long ib0 = st * MMA_KB;
         const int nkb = (int)min((long)MMA_KB, nblocks - ib0);
         if (st >= 0) {
 #pragma unroll
-            for (int j = 0; j < MMA_SLOTS; ++j) {
+            for (int j = 0; j < MMA_W_SLOTS; ++j) {
                 const int idx = j * MMA_WG + tid;
                 const int r = idx / MMA_KB, kb = idx % MMA_KB;
-                if (kb < nkb) {
+                if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nkb) {
                     vstore8(wq[j], 0, lw + r * MMA_S + kb * 8);
-                    ldw[kb * MMA_TILE + r] = wd[j];
-                    vstore8(aq[j], 0, la + r * MMA_S + kb * 8);
-                    vstore2(ad[j], kb * MMA_TILE + r, lds);
+                    ldw[kb * MMA_TM + r] = wd[j];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MMA_A_SLOTS; ++j) {
+                const int idx = j * MMA_WG + tid;
+                const int t = idx / MMA_KB, kb = idx % MMA_KB;
+                if ((!MMA_A_REM || idx < MMA_A_BLOCKS) && kb < nkb) {
+                    vstore8(aq[j], 0, la + t * MMA_S + kb * 8);
+                    vstore2(ad[j], kb * MMA_TN + t, lds);
                 }
             }
         }
@@ -170,20 +208,27 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
             const long nb0 = ib0 + MMA_KB;
             const int nnkb = (int)min((long)MMA_KB, nblocks - nb0);
             // Consecutive work-items take consecutive blocks of one row, so a
-            // warp's global reads are runs of MMA_KB contiguous blocks.
+            // warp's global reads are runs of MMA_KB contiguous blocks. Rows
+            // and tokens past the end repeat the last one: computed but never
+            // stored, and no checks in the mma loop.
 #pragma unroll
-            for (int j = 0; j < MMA_SLOTS; ++j) {
+            for (int j = 0; j < MMA_W_SLOTS; ++j) {
                 const int idx = j * MMA_WG + tid;
                 const int r = idx / MMA_KB, kb = idx % MMA_KB;
-                if (kb < nnkb) {
-                    // Rows and tokens past the end repeat the last one:
-                    // computed but never stored, and no checks in the mma loop.
+                if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nnkb) {
                     const long wr = min(row0 + r, w_ne.s1 - 1);
                     const __global char *wb =
                         AT(w, 0, wr, i02, i03) + (nb0 + kb) * (q4 ? 18 : 34);
                     wq[j] = q4 ? mma_fetch_q4_0(wb) : mma_fetch_q8_0(wb);
                     wd[j] = vload_half(0, (const __global half *)wb);
-                    const long tok = min(tok0 + r, b_ne.s1 - 1);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MMA_A_SLOTS; ++j) {
+                const int idx = j * MMA_WG + tid;
+                const int t = idx / MMA_KB, kb = idx % MMA_KB;
+                if ((!MMA_A_REM || idx < MMA_A_BLOCKS) && kb < nnkb) {
+                    const long tok = min(tok0 + t, b_ne.s1 - 1);
                     const __global char *ab = abase + tok * act_nb.s1 + (nb0 + kb) * Q8_1_BLOCK;
                     ad[j] = vload_half2(0, (const __global half *)ab);
                     const int8 a = vload8(0, (const __global int *)(ab + 4));
@@ -195,24 +240,24 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
         // the same barriers, and PoCL mishandles skipped ones).
         const int ncompute = st >= 0 ? nkb : 0;
         for (int kb = 0; kb < ncompute; ++kb) {
-            int4 af[2];
-            float2 dw[2];
+            int4 af[MMA_MT];
+            float2 dw[MMA_MT];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < MMA_MT; ++mt) {
                 const int r = wm + mt * 16 + g;
                 const int2 lo = vload2(0, lw + r * MMA_S + kb * 8 + 2 * tig);
                 const int2 hi = vload2(0, lw + (r + 8) * MMA_S + kb * 8 + 2 * tig);
                 af[mt] = (int4)(lo.x, hi.x, lo.y, hi.y);
-                dw[mt] = (float2)(ldw[kb * MMA_TILE + r], ldw[kb * MMA_TILE + r + 8]);
+                dw[mt] = (float2)(ldw[kb * MMA_TM + r], ldw[kb * MMA_TM + r + 8]);
             }
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
+            for (int nt = 0; nt < MMA_NT; ++nt) {
                 const int t = wn + nt * 8;
                 const int2 bf = vload2(0, la + (t + g) * MMA_S + kb * 8 + 2 * tig);
                 // (da, sa) of tokens t + 2 tig and t + 2 tig + 1.
-                const float4 ds = vload4(0, lds + (kb * MMA_TILE + t + 2 * tig) * 2);
+                const float4 ds = vload4(0, lds + (kb * MMA_TN + t + 2 * tig) * 2);
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
+                for (int mt = 0; mt < MMA_MT; ++mt) {
                     const int4 c = mma_s8(af[mt], bf, scratch);
                     if (q4) {
                         acc[mt][nt][0] += dw[mt].x * (ds.x * (float)c.x - 8.0f * ds.y);
@@ -231,9 +276,9 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < MMA_MT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < MMA_NT; ++nt) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const long r = row0 + wm + mt * 16 + g + (i >= 2 ? 8 : 0);
@@ -247,10 +292,10 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
 // Weights staged as int8 rows, activations likewise, the weight scales, and
 // (da, sa) pairs so that a lane's two adjacent tokens are one 16-byte load.
 #define MMA_LOCALS                                                                            \
-    __local int lw[MMA_TILE * MMA_S];                                                         \
-    __local int la[MMA_TILE * MMA_S];                                                         \
-    __local float ldw[MMA_KB * MMA_TILE];                                                     \
-    __local float lds[MMA_KB * MMA_TILE * 2];                                                 \
+    __local int lw[MMA_TM * MMA_S];                                                           \
+    __local int la[MMA_TN * MMA_S];                                                           \
+    __local float ldw[MMA_KB * MMA_TM];                                                       \
+    __local float lds[MMA_KB * MMA_TN * 2];                                                   \
     MMA_SCRATCH
 
 kernel void kernel_mul_mm_mma_q4_0(CTENSOR(w), __global const char *act, ulong act_off,
