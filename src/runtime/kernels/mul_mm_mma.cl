@@ -116,6 +116,14 @@ inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
 #define MMA_SCRATCH_PTR mma_scratch
 #endif
 
+// The mma's integer sums as floats, exactly: |c| <= 32 * 128 * 128 < 2^22,
+// so adding c to the bits of 1.5 * 2^23 gives the float 1.5 * 2^23 + c. An
+// integer add and a float subtract instead of a conversion, which runs at a
+// quarter of the float rate on recent NVIDIA GPUs (four per mma per lane).
+inline float4 mma_i2f(int4 c) {
+    return as_float4(c + 0x4B400000) - 12582912.0f;
+}
+
 // Four packed bytes from a 2-byte aligned address.
 inline int mma_load_i32_a2(const __global char *p) {
     const ushort2 u = vload2(0, (const __global ushort *)p);
@@ -258,17 +266,17 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const float4 ds = vload4(0, lds + (kb * MMA_TN + t + 2 * tig) * 2);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    const int4 c = mma_s8(af[mt], bf, scratch);
+                    const float4 c = mma_i2f(mma_s8(af[mt], bf, scratch));
                     if (q4) {
-                        acc[mt][nt][0] += dw[mt].x * (ds.x * (float)c.x - 8.0f * ds.y);
-                        acc[mt][nt][1] += dw[mt].x * (ds.z * (float)c.y - 8.0f * ds.w);
-                        acc[mt][nt][2] += dw[mt].y * (ds.x * (float)c.z - 8.0f * ds.y);
-                        acc[mt][nt][3] += dw[mt].y * (ds.z * (float)c.w - 8.0f * ds.w);
+                        acc[mt][nt][0] += dw[mt].x * (ds.x * c.x - 8.0f * ds.y);
+                        acc[mt][nt][1] += dw[mt].x * (ds.z * c.y - 8.0f * ds.w);
+                        acc[mt][nt][2] += dw[mt].y * (ds.x * c.z - 8.0f * ds.y);
+                        acc[mt][nt][3] += dw[mt].y * (ds.z * c.w - 8.0f * ds.w);
                     } else {
-                        acc[mt][nt][0] += dw[mt].x * ds.x * (float)c.x;
-                        acc[mt][nt][1] += dw[mt].x * ds.z * (float)c.y;
-                        acc[mt][nt][2] += dw[mt].y * ds.x * (float)c.z;
-                        acc[mt][nt][3] += dw[mt].y * ds.z * (float)c.w;
+                        acc[mt][nt][0] += dw[mt].x * ds.x * c.x;
+                        acc[mt][nt][1] += dw[mt].x * ds.z * c.y;
+                        acc[mt][nt][2] += dw[mt].y * ds.x * c.z;
+                        acc[mt][nt][3] += dw[mt].y * ds.z * c.w;
                     }
                 }
             }
