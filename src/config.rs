@@ -12,7 +12,7 @@
 //! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default `matmul_norm`: it measured slower on the H200, docs/perf.md step 13; empty runs every pass) |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
-//! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage; its local memory must fit in 48 KiB (default `2,2,2,4,4`, a 64x64 tile): a tuning knob, swept per GPU |
+//! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage; its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
@@ -79,10 +79,13 @@ pub struct MmaTile {
 
 impl Default for MmaTile {
     fn default() -> Self {
+        // 128 weight rows x 64 tokens: on the H200, 7B pp512 4251 tokens/s
+        // against 3479 for 64x64 (Q4_0; Q8_0 3782 vs 3162), the 1B 8% slower
+        // (docs/perf.md step 16).
         MmaTile {
             wm: 2,
             wn: 2,
-            mt: 2,
+            mt: 4,
             nt: 4,
             kb: 4,
         }
@@ -273,7 +276,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(t) => c.mma_tile = t,
             Err(e) => c
                 .problems
-                .push(format!("POLYCL_MMA_TILE={v:?}: {e}; using 2,2,2,4,4")),
+                .push(format!("POLYCL_MMA_TILE={v:?}: {e}; using 2,2,4,4,4")),
         }
     }
     if let Some(v) = get("POLYCL_STEP") {
@@ -474,7 +477,7 @@ mod tests {
         assert_eq!(c.mma_tile, MmaTile::default());
         assert_eq!(
             c.mma_tile.defines(),
-            "-DMMA_WM=2 -DMMA_WN=2 -DMMA_MT=2 -DMMA_NT=4 -DMMA_KB=4"
+            "-DMMA_WM=2 -DMMA_WN=2 -DMMA_MT=4 -DMMA_NT=4 -DMMA_KB=4"
         );
         assert_eq!(
             (
@@ -482,10 +485,10 @@ mod tests {
                 c.mma_tile.rows(),
                 c.mma_tile.tokens()
             ),
-            (128, 64, 64)
+            (128, 128, 64)
         );
-        // 64 rows and tokens of 40 ints, 256 + 512 scales, 128 x 6 scratch.
-        assert_eq!(c.mma_tile.local_bytes(), 26624);
+        // 128 rows and 64 tokens of 40 ints, 512 + 512 scales, 128 x 6 scratch.
+        assert_eq!(c.mma_tile.local_bytes(), 37888);
         let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,4,2")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.mma_tile;
