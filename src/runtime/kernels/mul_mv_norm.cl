@@ -2,19 +2,20 @@
 // the residual add after it (sum = o + res) and the RMS norm of the sum with
 // its weight (normed = sum / rms(sum), dst = normed * nw, and dst's Q8_1 copy
 // for the matmuls that read it), in one launch: llama's O and down
-// projections with the norm of the sublayer that follows. A separate norm
-// kernel cost ~9 us on the H200 (docs/perf.md step 7), mostly its own ramp
-// and drain, for 50 KB of traffic. The pass is off by default: on the H200
-// this kernel's tail measured ~12 us, more than the launch it saves
-// (docs/perf.md step 13).
+// projections with the norm of the sublayer that follows. The pass is off
+// by default: on the H200 the separate norm kernel costs ~5 us inside the
+// launch chain, and this kernel costs ~3 us more than the matvec and the
+// norm apart, its arrival counter and the tail's round trips (fence,
+// atomic, loads of the sum and the weights) being the longer chain
+// (docs/perf.md steps 13 and 15).
 //
 // The matvec part is MV2_KERNEL's: two rows a row group, MV_ROWS row groups a
 // work-group; lane 0 writes o and sum for its two rows. The norm needs the
 // whole sum, so the work-group that finishes last does it ("last block done",
 // as kernel_fa_vec; fa_split.cl has the memory-ordering argument): it reads
 // the sum back through volatile pointers, one element of a Q8_1 block a lane
-// (mvn_norm_row), and puts the counter back to 0 for the next launch. The counter lives in the plan's scratch, zeroed when the plan is
-// built.
+// (mvn_norm_row), and puts the counter back to 0 for the next launch. The
+// counter lives in the plan's scratch, zeroed when the plan is built.
 //
 // The host (passes/fuse/matmul_norm.rs, plan/matmul_norm.rs) checked: 2-D
 // weights, one activation row, res/o/sum/normed/nw/dst contiguous F32 rows of
