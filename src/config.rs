@@ -116,11 +116,12 @@ impl MmaTile {
     /// MMA_LOCALS: int8 rows of MMA_S ints for weights and tokens, a float
     /// scale per weight block, a (d, s) float pair per token block, and the
     /// emulation's 6 ints per work-item (not declared on NVIDIA, counted
-    /// anyway so one shape is valid everywhere).
+    /// anyway so one shape is valid everywhere); the K-quant kernels' second
+    /// float per weight block (MMA_LOCALS_KQ), so one shape fits every format.
     pub fn local_bytes(&self) -> usize {
         let stride = self.kb * 8 + if self.kb == 1 { 0 } else { 8 };
         let ints = (self.rows() + self.tokens()) * stride
-            + self.kb * self.rows()
+            + self.kb * self.rows() * 2
             + self.kb * self.tokens() * 2
             + self.work_items() * 6;
         ints * 4
@@ -487,8 +488,9 @@ mod tests {
             ),
             (128, 128, 64)
         );
-        // 128 rows and 64 tokens of 40 ints, 512 + 512 scales, 128 x 6 scratch.
-        assert_eq!(c.mma_tile.local_bytes(), 37888);
+        // 128 rows and 64 tokens of 40 ints, 2 x 512 weight scales (the
+        // K-quants' second), 512 activation scales, 128 x 6 scratch.
+        assert_eq!(c.mma_tile.local_bytes(), 39936);
         let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,4,2")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.mma_tile;

@@ -3,7 +3,7 @@
 //! fallback everywhere. On CPU OpenCL devices (PoCL) the portable kernels are
 //! kept because they reproduce ggml's CPU backend bit for bit; GPUs get the
 //! fast kernels of `mul_mv.cl` (`POLYCL_FAST_KERNELS` overrides the choice).
-//! Prompt-size Q4_0/Q8_0 batches on NVIDIA take the tensor-core tiles of
+//! Prompt-size Q4_0/Q8_0/Q4_K/Q6_K batches on NVIDIA take the tensor-core tiles of
 //! `mul_mm_mma.cl` instead (`POLYCL_MMA` overrides; elsewhere the same
 //! kernels emulate `mma.sync`, which only tests are meant to force on).
 
@@ -98,6 +98,8 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             let name = match wtype {
                 Q4_0 => Some("kernel_mul_mm_mma_q4_0"),
                 Q8_0 => Some("kernel_mul_mm_mma_q8_0"),
+                Q4K => Some("kernel_mul_mm_mma_q4_k"),
+                Q6K => Some("kernel_mul_mm_mma_q6_k"),
                 _ => None,
             };
             if let Some(name) = name {
@@ -116,8 +118,8 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
                 });
             }
         }
-        // K-quants: no tensor-core tile yet; a 32-element unit of a
-        // super-block is one step of the dp4a tile.
+        // The dp4a tiles, where mma is not wanted; for K-quants a
+        // 32-element unit of a super-block is one step.
         let name = match wtype {
             Q4_0 => "kernel_mul_mm_q4_0",
             Q8_0 => "kernel_mul_mm_q8_0",

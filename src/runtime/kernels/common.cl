@@ -104,6 +104,20 @@ inline float qk_div(float a, float b) {
     return q;
 }
 
+// Scale and min (6 bits each) of sub-block j of the Q4_K super-block at wb:
+// ggml's get_scale_min_k4. Here because both the matvec and tile kernels of
+// mul_mv.cl and the tensor-core tile of mul_mm_mma.cl decode Q4_K.
+inline void q4_k_scale_min(const __global char *wb, int j, int *sc, int *m) {
+    const __global uchar *sb = (const __global uchar *)(wb + 4);
+    if (j < 4) {
+        *sc = sb[j] & 63;
+        *m = sb[j + 4] & 63;
+    } else {
+        *sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
+        *m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+    }
+}
+
 // Four Q8_1 codes q = rint(y * id) packed in an int (element 0 in the low
 // byte), their sum added to *qsum.
 inline int q8_1_pack4(float4 y, float id, int *qsum) {

@@ -1,5 +1,5 @@
-// Tensor-core matrix-matrix kernels for batches (prompt processing) of Q4_0 /
-// Q8_0 weights times Q8_1 activations (common.cl + this file).
+// Tensor-core matrix-matrix kernels for batches (prompt processing) of Q4_0,
+// Q8_0, Q4_K and Q6_K weights times Q8_1 activations (common.cl + this file).
 //
 // Same arguments and broadcasting as kernel_mul_mm_* in mul_mv.cl, so the
 // planner can swap them in. The tile shape is a build option
@@ -13,7 +13,12 @@
 // then per block every warp runs MMA_MT * MMA_NT integer mma m16n8k32 (one
 // block is exactly K=32) and folds each integer result into float
 // accumulators with the block's scales, because the scales change every 32
-// elements.
+// elements. K-quants stage the 32-element units of their super-blocks as
+// blocks (a row has ne00 / 32 of either, and unit u of a row is the Q8_1
+// block u of a token), with two floats per (row, unit) instead of one. Q6_K
+// has a scale per 16-element half of a unit, so it runs two m16n8k16 mmas
+// per m16n8 tile, one per half, instead of one m16n8k32; their fragments are
+// the two halves of the k32 fragments, so the staging is the same.
 //
 // Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync in inline PTX.
 // Elsewhere a work-group-local emulation with the same fragment layout runs
@@ -25,8 +30,8 @@
 
 #define QK 32
 #define Q8_1_BLOCK 36
-// The defaults are the 64x64 tile of 2x2 warps of 2x4 m16n8 tiles; the
-// planner always passes all five.
+// The defaults are config.rs's (128 rows x 64 tokens: 2x2 warps of 4x4
+// m16n8 tiles); the planner always passes all five.
 #ifndef MMA_WM
 #define MMA_WM 2
 #endif
@@ -34,7 +39,7 @@
 #define MMA_WN 2
 #endif
 #ifndef MMA_MT
-#define MMA_MT 2
+#define MMA_MT 4
 #endif
 #ifndef MMA_NT
 #define MMA_NT 4
@@ -73,6 +78,20 @@ inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
                    "r"(z), "r"(z));
     return (int4)(d0, d1, d2, d3);
 }
+// D = A (16x16, row) * B (16x8, col), C = 0: the PTX ISA's m16n8k16 .s8
+// fragments are a0 (row g) and a1 (row g + 8) with K bytes 4 tig.., and b0
+// with K bytes 4 tig.. of column g, i.e. a0, a1 and b0 of m16n8k32 for its
+// first 16 K, or a2, a3 and b1 for its last 16.
+inline int4 mma_s8_k16(int2 a, int b, __local int *scratch) {
+    (void)scratch;
+    const int a0 = a.x, a1 = a.y, z = 0;
+    int d0, d1, d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5}, {%6}, {%7,%8,%9,%10};"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+                 : "r"(a0), "r"(a1), "r"(b), "r"(z), "r"(z), "r"(z), "r"(z));
+    return (int4)(d0, d1, d2, d3);
+}
 #define MMA_SCRATCH
 #define MMA_SCRATCH_PTR ((__local int *)0)
 #else
@@ -83,9 +102,11 @@ inline int mma_dot4(int a, int b, int c) {
 }
 // The same warp-wide product from the same per-lane fragments: each lane
 // publishes its registers, then computes its own c0..c3 from the others'.
-// Every work-item must call it (it has barriers). `scratch` holds 6 ints per
-// work-item.
-inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
+// `nchunks` 4-byte K chunks: 8 for m16n8k32; 4 for m16n8k16, whose
+// fragments are k32's a0, a1 and b0 (see the PTX version), so only those
+// are read. Every work-item must call it (it has barriers). `scratch` holds 6
+// ints per work-item.
+inline int4 mma_emulate(int4 a, int2 b, int nchunks, __local int *scratch) {
     const int lane = get_local_id(0) % 32;
     __local int *s = scratch + (get_local_id(0) / 32) * 32 * 6;
     vstore4(a, lane, s);
@@ -97,7 +118,7 @@ inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
         const int row = g + (i >= 2 ? 8 : 0);
         const int col = tig * 2 + (i & 1);
         int acc = 0;
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < nchunks; ++j) {
             // K chunk j (bytes 4j..4j+3): A row `row` lives in lane
             // (row % 8) * 4 + j % 4, register a0/a1 (j < 4) or a2/a3 (j >= 4),
             // a1/a3 for rows 8..15; B column `col` in lane col * 4 + j % 4,
@@ -112,12 +133,19 @@ inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return (int4)(c[0], c[1], c[2], c[3]);
 }
+inline int4 mma_s8(int4 a, int2 b, __local int *scratch) {
+    return mma_emulate(a, b, 8, scratch);
+}
+inline int4 mma_s8_k16(int2 a, int b, __local int *scratch) {
+    return mma_emulate((int4)(a, 0, 0), (int2)(b, 0), 4, scratch);
+}
 #define MMA_SCRATCH __local int mma_scratch[MMA_WG * 6];
 #define MMA_SCRATCH_PTR mma_scratch
 #endif
 
-// The mma's integer sums as floats, exactly: |c| <= 32 * 128 * 128 < 2^22,
-// so adding c to the bits of 1.5 * 2^23 gives the float 1.5 * 2^23 + c. An
+// The mma's integer sums as floats, exactly: |c| <= 32 * 128 * 128 < 2^22
+// for any int8 operands (Q4_K reaches 32 * 15 * 127, a Q6_K half 16 * 32 *
+// 128), so adding c to the bits of 1.5 * 2^23 gives the float 1.5 * 2^23 + c. An
 // integer add and a float subtract instead of a conversion, which runs at a
 // quarter of the float rate on recent NVIDIA GPUs (four per mma per lane).
 inline float4 mma_i2f(int4 c) {
@@ -146,6 +174,55 @@ inline int8 mma_fetch_q8_0(const __global char *wb) {
                   mma_load_i32_a2(wb + 14), mma_load_i32_a2(wb + 30));
 }
 
+// Q4_K unit j of the super-block at sb (mm_stage_q4_k in mul_mv.cl): codes
+// in nibble j & 1 of qs[32 * (j / 2) + l], (d * scale, dmin * min) in *dd.
+inline int8 mma_fetch_q4_k(const __global char *sb, int j, float2 *dd) {
+    int sc, mn;
+    q4_k_scale_min(sb, j, &sc, &mn);
+    *dd = vload_half2(0, (const __global half *)sb) * (float2)((float)sc, (float)mn);
+    const int8 q = vload8(0, (const __global int *)(sb + 16 + 32 * (j >> 1)));
+    const int sh = 4 * (j & 1), m = 0x0F0F0F0F;
+    return (int8)((q.s0 >> sh) & m, (q.s4 >> sh) & m, (q.s1 >> sh) & m, (q.s5 >> sh) & m,
+                  (q.s2 >> sh) & m, (q.s6 >> sh) & m, (q.s3 >> sh) & m, (q.s7 >> sh) & m);
+}
+// Q6_K unit g of the super-block at sb (mm_stage_q6_k in mul_mv.cl): codes
+// minus 32 as signed bytes, d * scale of each 16-element half in *dd. Blocks
+// are 210 bytes, so only 2-byte loads are aligned.
+inline int8 mma_fetch_q6_k(const __global char *sb, int g, float2 *dd) {
+    const int n = g >> 2, k = g & 3;
+    const __global char *ql = sb + 64 * n + 32 * (k & 1);
+    const __global char *qh = sb + 128 + 32 * n;
+    const int shl = 4 * (k >> 1), shh = 2 * k;
+    int c[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int lo = (mma_load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
+        const int hi = (mma_load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
+        c[i] = as_int(as_char4(lo | (hi << 4)) - (char4)(32));
+    }
+    *dd = vload_half(0, (const __global half *)(sb + 208)) *
+          (float2)((float)sb[192 + 2 * g], (float)sb[192 + 2 * g + 1]);
+    return (int8)(c[0], c[4], c[1], c[5], c[2], c[6], c[3], c[7]);
+}
+
+// Weight formats (mma_tile's `fmt`).
+#define MMA_Q8_0 0
+#define MMA_Q4_0 1
+#define MMA_Q4_K 2
+#define MMA_Q6_K 3
+
+// Block (unit) ib of a weight row as a staged row's 8 ints, with its
+// scales in *dd: (d, unused) for Q4_0 / Q8_0, the two floats of
+// mma_fetch_q4_k / _q6_k for K-quants.
+inline __attribute__((always_inline)) int8 mma_fetch(const __global char *row, long ib,
+                                                      const int fmt, float2 *dd) {
+    if (fmt == MMA_Q4_K) return mma_fetch_q4_k(row + (ib >> 3) * 144, (int)(ib & 7), dd);
+    if (fmt == MMA_Q6_K) return mma_fetch_q6_k(row + (ib >> 3) * 210, (int)(ib & 7), dd);
+    const __global char *wb = row + ib * (fmt == MMA_Q4_0 ? 18 : 34);
+    *dd = (float2)(vload_half(0, (const __global half *)wb), 0.0f);
+    return fmt == MMA_Q4_0 ? mma_fetch_q4_0(wb) : mma_fetch_q8_0(wb);
+}
+
 // Blocks each work-item copies per stage: weight rows and tokens separately,
 // since the tile need not be square. When a count does not divide evenly the
 // last slot's surplus work-items copy nothing (MMA_*_REM folds the check
@@ -157,15 +234,17 @@ inline int8 mma_fetch_q8_0(const __global char *wb) {
 #define MMA_W_REM (MMA_W_BLOCKS % MMA_WG != 0)
 #define MMA_A_REM (MMA_A_BLOCKS % MMA_WG != 0)
 
-// One MMA_TM x MMA_TN output tile; `q4` picks the weight format (a constant
-// at each call, so the other format's code folds away). The local arrays are
-// the kernel's, since OpenCL C 1.2 declares local memory only at kernel scope.
-// Forced inline: a C99 `inline` function too big to inline has no external
-// definition, and `q4` must fold to a constant.
+// One MMA_TM x MMA_TN output tile; `fmt` picks the weight format (a constant
+// at each call, so the other formats' code folds away). The local arrays are
+// the kernel's, since OpenCL C 1.2 declares local memory only at kernel scope;
+// `ldw2`, the second float per (row, block), is read and written only for
+// K-quants. Forced inline: a C99 `inline` function too big to inline has no
+// external definition, and `fmt` must fold to a constant.
 inline __attribute__((always_inline)) void
 mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
-         TENSOR(dst), const int q4, __local int *lw, __local int *la, __local float *ldw,
-         __local float *lds, __local int *scratch) {
+         TENSOR(dst), const int fmt, __local int *lw, __local int *la, __local float *ldw,
+         __local float *ldw2, __local float *lds, __local int *scratch) {
+    const int kq = fmt == MMA_Q4_K || fmt == MMA_Q6_K;
     const int tid = get_local_id(0);
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, tig = lane & 3;
@@ -185,7 +264,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
     // A stage's global data goes through registers: the next stage's loads
     // are issued before this stage's mma work, so their latency hides behind it.
     int8 wq[MMA_W_SLOTS], aq[MMA_A_SLOTS];
-    float wd[MMA_W_SLOTS];
+    float2 wd[MMA_W_SLOTS];
     float2 ad[MMA_A_SLOTS];
     const long nstages = (nblocks + MMA_KB - 1) / MMA_KB;
     for (long st = -1; st < nstages; ++st) {
@@ -198,7 +277,8 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const int r = idx / MMA_KB, kb = idx % MMA_KB;
                 if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nkb) {
                     vstore8(wq[j], 0, lw + r * MMA_S + kb * 8);
-                    ldw[kb * MMA_TM + r] = wd[j];
+                    ldw[kb * MMA_TM + r] = wd[j].x;
+                    if (kq) ldw2[kb * MMA_TM + r] = wd[j].y;
                 }
             }
 #pragma unroll
@@ -225,10 +305,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const int r = idx / MMA_KB, kb = idx % MMA_KB;
                 if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nnkb) {
                     const long wr = min(row0 + r, w_ne.s1 - 1);
-                    const __global char *wb =
-                        AT(w, 0, wr, i02, i03) + (nb0 + kb) * (q4 ? 18 : 34);
-                    wq[j] = q4 ? mma_fetch_q4_0(wb) : mma_fetch_q8_0(wb);
-                    wd[j] = vload_half(0, (const __global half *)wb);
+                    wq[j] = mma_fetch(AT(w, 0, wr, i02, i03), nb0 + kb, fmt, &wd[j]);
                 }
             }
 #pragma unroll
@@ -249,7 +326,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
         const int ncompute = st >= 0 ? nkb : 0;
         for (int kb = 0; kb < ncompute; ++kb) {
             int4 af[MMA_MT];
-            float2 dw[MMA_MT];
+            float2 dw[MMA_MT], dw2[MMA_MT];
 #pragma unroll
             for (int mt = 0; mt < MMA_MT; ++mt) {
                 const int r = wm + mt * 16 + g;
@@ -257,6 +334,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const int2 hi = vload2(0, lw + (r + 8) * MMA_S + kb * 8 + 2 * tig);
                 af[mt] = (int4)(lo.x, hi.x, lo.y, hi.y);
                 dw[mt] = (float2)(ldw[kb * MMA_TM + r], ldw[kb * MMA_TM + r + 8]);
+                if (kq) dw2[mt] = (float2)(ldw2[kb * MMA_TM + r], ldw2[kb * MMA_TM + r + 8]);
             }
 #pragma unroll
             for (int nt = 0; nt < MMA_NT; ++nt) {
@@ -266,8 +344,26 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const float4 ds = vload4(0, lds + (kb * MMA_TN + t + 2 * tig) * 2);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    const float4 c = mma_i2f(mma_s8(af[mt], bf, scratch));
-                    if (q4) {
+                    // Q6_K: the halves, chunks 0..3 (a0, a1, b0) and 4..7 (a2, a3, b1).
+                    float4 c, c2;
+                    if (fmt == MMA_Q6_K) {
+                        c = mma_i2f(mma_s8_k16(af[mt].xy, bf.x, scratch));
+                        c2 = mma_i2f(mma_s8_k16(af[mt].zw, bf.y, scratch));
+                    } else {
+                        c = mma_i2f(mma_s8(af[mt], bf, scratch));
+                        c2 = (float4)(0.0f);
+                    }
+                    if (fmt == MMA_Q6_K) {
+                        acc[mt][nt][0] += ds.x * (dw[mt].x * c.x + dw2[mt].x * c2.x);
+                        acc[mt][nt][1] += ds.z * (dw[mt].x * c.y + dw2[mt].x * c2.y);
+                        acc[mt][nt][2] += ds.x * (dw[mt].y * c.z + dw2[mt].y * c2.z);
+                        acc[mt][nt][3] += ds.z * (dw[mt].y * c.w + dw2[mt].y * c2.w);
+                    } else if (fmt == MMA_Q4_K) {
+                        acc[mt][nt][0] += dw[mt].x * ds.x * c.x - dw2[mt].x * ds.y;
+                        acc[mt][nt][1] += dw[mt].x * ds.z * c.y - dw2[mt].x * ds.w;
+                        acc[mt][nt][2] += dw[mt].y * ds.x * c.z - dw2[mt].y * ds.y;
+                        acc[mt][nt][3] += dw[mt].y * ds.z * c.w - dw2[mt].y * ds.w;
+                    } else if (fmt == MMA_Q4_0) {
                         acc[mt][nt][0] += dw[mt].x * (ds.x * c.x - 8.0f * ds.y);
                         acc[mt][nt][1] += dw[mt].x * (ds.z * c.y - 8.0f * ds.w);
                         acc[mt][nt][2] += dw[mt].y * (ds.x * c.z - 8.0f * ds.y);
@@ -299,23 +395,26 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
 
 // Weights staged as int8 rows, activations likewise, the weight scales, and
 // (da, sa) pairs so that a lane's two adjacent tokens are one 16-byte load.
+// K-quant kernels add MMA_LOCALS_KQ, their second float per (row, unit);
+// Q4_0 / Q8_0 pass ldw in its place, never touched.
 #define MMA_LOCALS                                                                            \
     __local int lw[MMA_TM * MMA_S];                                                           \
     __local int la[MMA_TN * MMA_S];                                                           \
     __local float ldw[MMA_KB * MMA_TM];                                                       \
     __local float lds[MMA_KB * MMA_TN * 2];                                                   \
     MMA_SCRATCH
+#define MMA_LOCALS_KQ __local float ldw2[MMA_KB * MMA_TM];
 
-kernel void kernel_mul_mm_mma_q4_0(CTENSOR(w), __global const char *act, ulong act_off,
-                                   ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
-    MMA_LOCALS
-    mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne, dst_nb, 1, lw,
-             la, ldw, lds, MMA_SCRATCH_PTR);
-}
+#define MMA_KERNEL(NAME, FMT, LDW2, LOCALS2)                                                  \
+    kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,      \
+                     long4 b_ne, TENSOR(dst)) {                                               \
+        MMA_LOCALS                                                                            \
+        LOCALS2                                                                               \
+        mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne,      \
+                 dst_nb, FMT, lw, la, ldw, LDW2, lds, MMA_SCRATCH_PTR);                       \
+    }
 
-kernel void kernel_mul_mm_mma_q8_0(CTENSOR(w), __global const char *act, ulong act_off,
-                                   ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
-    MMA_LOCALS
-    mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne, dst_nb, 0, lw,
-             la, ldw, lds, MMA_SCRATCH_PTR);
-}
+MMA_KERNEL(kernel_mul_mm_mma_q4_0, MMA_Q4_0, ldw, )
+MMA_KERNEL(kernel_mul_mm_mma_q8_0, MMA_Q8_0, ldw, )
+MMA_KERNEL(kernel_mul_mm_mma_q4_k, MMA_Q4_K, ldw2, MMA_LOCALS_KQ)
+MMA_KERNEL(kernel_mul_mm_mma_q6_k, MMA_Q6_K, ldw2, MMA_LOCALS_KQ)

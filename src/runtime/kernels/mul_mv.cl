@@ -136,21 +136,8 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
 // results feed these as they feed Q4_0. (The portable kernels keep ggml's
 // Q8_K activations, which is what makes them CPU-exact.)
 
-// Scale and min (6 bits each) of sub-block j of the Q4_K super-block at wb:
-// ggml's get_scale_min_k4.
-inline void q4_k_scale_min(const __global char *wb, int j, int *sc, int *m) {
-    const __global uchar *sb = (const __global uchar *)(wb + 4);
-    if (j < 4) {
-        *sc = sb[j] & 63;
-        *m = sb[j + 4] & 63;
-    } else {
-        *sc = (sb[j + 4] & 0xF) | ((sb[j - 4] >> 6) << 4);
-        *m = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
-    }
-}
-
 // Q4_K: unit j of a super-block is sub-block j: scale sc and min m (6 bits
-// each, ggml's get_scale_min_k4), 4-bit codes in nibble (j & 1) of qs[32 *
+// each, q4_k_scale_min in common.cl), 4-bit codes in nibble (j & 1) of qs[32 *
 // (j / 2) + l]. Sum: d_a * d * sc * sum(code * q_a) - dmin * m * s_a, where
 // s_a = d_a * sum(q_a) is the Q8_1 block's second half.
 inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, float sa) {
