@@ -27,8 +27,6 @@
 #define FA_PER (FA_MAX_D / FA_WG)
 #define FA_QK8_1 32
 #define FA_Q8_1_BYTES 36
-// Chunks up to which the merge holds every chunk's state in registers.
-#define FA_MERGE_REG 8
 
 inline float fa_slope(uint h, float max_bias, float m0, float m1, uint n_head_log2) {
     if (max_bias <= 0.0f) return 1.0f;
@@ -82,58 +80,23 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     if (merge) {
         device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
-        if (n_chunks <= FA_MERGE_REG) {
-            // Every chunk's M, S and this work-item's first column in one
-            // batch of loads (one L2 round trip, not three), then the same
-            // sums in the same order as the loop below.
-            float mc[FA_MERGE_REG], sc[FA_MERGE_REG], v0[FA_MERGE_REG];
-#pragma unroll
-            for (int cc = 0; cc < FA_MERGE_REG; ++cc) {
-                const int in = cc < n_chunks;
-                mc[cc] = in ? p[cc * (DV + 2)] : -INFINITY;
-                sc[cc] = in ? p[cc * (DV + 2) + 1] : 0.0f;
-                v0[cc] = in && l < DV ? p[cc * (DV + 2) + 2 + l] : 0.0f;
-            }
-            float Mx = -INFINITY;
-#pragma unroll
-            for (int cc = 0; cc < FA_MERGE_REG; ++cc) Mx = fmax(Mx, mc[cc]);
-            float Sx = 0.0f;
-#pragma unroll
-            for (int cc = 0; cc < FA_MERGE_REG; ++cc) {
-                mc[cc] = mc[cc] != -INFINITY ? exp(mc[cc] - Mx) : -INFINITY;
-                if (mc[cc] != -INFINITY) Sx += sc[cc] * mc[cc];
-            }
-            const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
-            for (long d = l; d < DV; d += wg) {
-                float a = 0.0f;
-#pragma unroll
-                for (int cc = 0; cc < FA_MERGE_REG; ++cc) {
-                    if (mc[cc] != -INFINITY)
-                        a += (d == l ? v0[cc] : p[cc * (DV + 2) + 2 + d]) * mc[cc];
-                }
-                const float r = a * inv;
-                store_f32(AT(dst, d, h, iq, z), r);
-                if (has_q8) outs[d] = r;
-            }
-        } else {
-            float Mx = -INFINITY;
-            for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
-            float Sx = 0.0f;
+        float Mx = -INFINITY;
+        for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
+        float Sx = 0.0f;
+        for (int cc = 0; cc < n_chunks; ++cc) {
+            const float mc = p[cc * (DV + 2)];
+            if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
+        }
+        const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
+        for (long d = l; d < DV; d += wg) {
+            float a = 0.0f;
             for (int cc = 0; cc < n_chunks; ++cc) {
                 const float mc = p[cc * (DV + 2)];
-                if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
+                if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
             }
-            const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
-            for (long d = l; d < DV; d += wg) {
-                float a = 0.0f;
-                for (int cc = 0; cc < n_chunks; ++cc) {
-                    const float mc = p[cc * (DV + 2)];
-                    if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
-                }
-                const float r = a * inv;
-                store_f32(AT(dst, d, h, iq, z), r);
-                if (has_q8) outs[d] = r;
-            }
+            const float r = a * inv;
+            store_f32(AT(dst, d, h, iq, z), r);
+            if (has_q8) outs[d] = r;
         }
         // Every group of this (query, head) has counted, so nobody else
         // touches the counter in this launch; the next launch sees 0.
