@@ -3,9 +3,9 @@
 //! fallback everywhere. On CPU OpenCL devices (PoCL) the portable kernels are
 //! kept because they reproduce ggml's CPU backend bit for bit; GPUs get the
 //! fast kernels of `mul_mv.cl` (`POLYCL_FAST_KERNELS` overrides the choice).
-//! Prompt-size Q4_0/Q8_0/Q4_K/Q6_K batches on NVIDIA take the tensor-core tiles of
-//! `mul_mm_mma.cl` instead (`POLYCL_MMA` overrides; elsewhere the same
-//! kernels emulate `mma.sync`, which only tests are meant to force on).
+//! Prompt-size Q4_0/Q8_0/Q4_K/Q6_K batches on NVIDIA take the tensor-core
+//! tiles of `mul_mm_mma.cl` instead (`POLYCL_MMA` overrides; elsewhere the
+//! same kernels emulate `mma.sync`, which only tests are meant to force on).
 
 use super::mul_mat::MatmulKernel;
 use crate::config;
