@@ -10,6 +10,9 @@
 #   CUDA=OFF stage=step bash scripts/bench-gpu.sh  # polycl alone: step kernel off/on
 #   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on/newest off, launches and host
 #                                            # enqueue time per token, time to first token
+#   CUDA=OFF stage=twice bash scripts/bench-gpu.sh  # polycl alone: each decode kernel's cost in the
+#                                            # launch chain (POLYCL_PROFILE_TWICE), 7B Q4_0 fa1
+#   CUDA=OFF stage=tiles bash scripts/bench-gpu.sh  # polycl alone: prompt speed per POLYCL_MMA_TILE
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-/tmp/polycl-gpu}
@@ -149,6 +152,28 @@ profile() { # polycl alone: decode with fusions off, on, and on but the newest; 
     --dev CUDA0 --fa on -n 2 --prompt-tokens 8 2>/dev/null | grep ttft | sed "s/^/CUDA: /"
 }
 
+twice() { # each decode kernel launched twice: the slowdown is its cost inside the chain
+  local k
+  for k in none kernel_fused_rms_norm_wide kernel_mul_mv_group_rope_q4_0 kernel_fa_vec kernel_mul_mv_q4_0 \
+    kernel_mul_mv_glu_q4_0 none; do
+    echo "== POLYCL_PROFILE_TWICE=$k"
+    # "x" names no kernel: the baseline pays the same name check per launch.
+    POLYCL_PROFILE_TWICE=${k/none/x} GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$W/m7-q4_0.gguf" \
+      -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error"
+  done
+}
+
+tiles() { # prompt speed per tensor-core tile shape (docs/perf.md step 16)
+  local m t
+  for m in m7-q4_0 m7-q8_0 m1-q4_0; do
+    for t in 2,2,2,4,4 2,2,4,4,4 2,2,2,8,4 2,4,4,4,2 4,1,2,8,4; do
+      echo "== $m POLYCL_MMA_TILE=$t"
+      POLYCL_MMA_TILE=$t GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$W/$m.gguf" -dev POLYCL0 \
+        -ngl 99 -fa 1 -p 512 -n 0 -r 2 2>&1 | grep -E "pp512|error"
+    done
+  done
+}
+
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
   local op
   for op in MUL_MAT FLASH_ATTN_EXT ROPE SET_ROWS RMS_NORM; do
@@ -176,6 +201,8 @@ case ${stage:-bench} in
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0; bench_one "$W/m7-q4_k.gguf" 7b-q4_k; greedy_check
     backend_ops ;;
   profile) models; profile ;;
+  twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
+  tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
