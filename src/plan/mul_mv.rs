@@ -24,6 +24,18 @@ const MM_T: usize = 16;
 /// Elements per quantization block; the mma kernels take whole blocks (K=32).
 const QK: i64 = 32;
 
+/// A 64x64-tile kernel of `mul_mv.cl` (16x16 work-items) for `w` times the
+/// batch `x`: the dp4a tiles and the float tiles share this geometry.
+fn mm_tile(name: &str, w: &Operand, x: &Operand) -> MatmulKernel {
+    let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;
+    MatmulKernel {
+        program: "mul_mv",
+        name: name.to_string(),
+        global: [tiles(w.ne[1]), tiles(x.ne[1]), (x.ne[2] * x.ne[3]) as usize],
+        local: [MM_T, MM_T, 1],
+    }
+}
+
 /// Whether prompt-size quantized matmuls on `device` use the tensor-core
 /// kernels: where `mma.sync` exists unless `POLYCL_MMA` says otherwise.
 fn mma_wanted(device: &Device) -> bool {
@@ -65,13 +77,7 @@ pub fn select_raw(
             F32 if w.nb[0] == 4 => "kernel_mul_mm_f32_f32",
             _ => return None,
         };
-        let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;
-        return Some(MatmulKernel {
-            program: "mul_mv",
-            name: name.to_string(),
-            global: [tiles(w.ne[1]), tiles(x.ne[1]), (x.ne[2] * x.ne[3]) as usize],
-            local: [MM_T, MM_T, 1],
-        });
+        return Some(mm_tile(name, w, x));
     }
     if wtype != F16 {
         return None;
@@ -127,13 +133,7 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             Q6K => "kernel_mul_mm_q6_k",
             _ => return None,
         };
-        let tiles = |n: i64| (n as usize).div_ceil(MM_TILE) * MM_T;
-        return Some(MatmulKernel {
-            program: "mul_mv",
-            name: name.to_string(),
-            global: [tiles(w.ne[1]), tiles(x.ne[1]), (x.ne[2] * x.ne[3]) as usize],
-            local: [MM_T, MM_T, 1],
-        });
+        return Some(mm_tile(name, w, x));
     }
     // Quantized kernels compute two rows a row group (Q8_1 activations,
     // activation_format), F16 one.

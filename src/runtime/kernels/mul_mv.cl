@@ -518,6 +518,21 @@ inline void mm_stage_q6_k(const __global char *row, long ib, __local int *dst8, 
     *d2 = dd * (float)wb[192 + 2 * g + 1];
 }
 
+// A 64x64 tile's results, work-item (tx, ty) holding rows tx + 16 i and
+// tokens ty + 16 j; rows and tokens past the end are not stored.
+inline void mm_store_tile(float acc[4][4], TENSOR(dst), long row0, long tok0, long rows,
+                          long toks, long i12, long i13) {
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    for (int i = 0; i < 4; ++i) {
+        const long r = row0 + tx + MM_T * i;
+        if (r >= rows) continue;
+        for (int j = 0; j < 4; ++j) {
+            const long t = tok0 + ty + MM_T * j;
+            if (t < toks) store_f32(AT(dst, r, t, i12, i13), acc[i][j]);
+        }
+    }
+}
+
 #define MM_KERNEL(NAME, STAGE, COMBINE)                                        \
 kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,       \
                  long4 b_ne, TENSOR(dst)) {                                                \
@@ -569,14 +584,7 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
         }                                                                                  \
         barrier(CLK_LOCAL_MEM_FENCE);                                                      \
     }                                                                                      \
-    for (int i = 0; i < 4; ++i) {                                                          \
-        const long r = row0 + tx + MM_T * i;                                               \
-        if (r >= w_ne.s1) continue;                                                        \
-        for (int j = 0; j < 4; ++j) {                                                      \
-            const long t = tok0 + ty + MM_T * j;                                           \
-            if (t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[i][j]);                \
-        }                                                                                  \
-    }                                                                                      \
+    mm_store_tile(acc, dst, dst_off, dst_ne, dst_nb, row0, tok0, w_ne.s1, b_ne.s1, i12, i13); \
 }
 
 MM_KERNEL(kernel_mul_mm_q4_0, mm_stage_q4_0, dw * (da * (float)s - 8.0f * sa))
@@ -636,14 +644,7 @@ kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act
         }                                                                                      \
         barrier(CLK_LOCAL_MEM_FENCE);                                                          \
     }                                                                                          \
-    for (int i = 0; i < 4; ++i) {                                                              \
-        const long r = row0 + tx + MM_T * i;                                                   \
-        if (r >= w_ne.s1) continue;                                                            \
-        for (int j = 0; j < 4; ++j) {                                                          \
-            const long t = tok0 + ty + MM_T * j;                                               \
-            if (t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[i][j]);                    \
-        }                                                                                      \
-    }                                                                                          \
+    mm_store_tile(acc, dst, dst_off, dst_ne, dst_nb, row0, tok0, w_ne.s1, b_ne.s1, i12, i13);   \
 }
 
 #define MMF_LOAD_F16(p) vload_half(0, (const __global half *)(p))

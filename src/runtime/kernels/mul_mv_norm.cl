@@ -79,6 +79,28 @@ inline void mvn_store_q8(const float *y, int k0, int nk, int warp, int lane, __g
     }
 }
 
+// Chunk k0 of this warp's blocks, normed values nv: normed = nv, dst = nv *
+// nw, and their Q8_1 blocks. The weights are loaded before any store
+// (normed and dst may share memory with the sum's inputs, so the compiler
+// keeps loads after stores in order).
+inline void mvn_write_chunk(const float *nv, int k0, int nk, int warp, int lane,
+                            const __global float *nw, __global float *normed,
+                            __global float *dst, int has_q8, __global char *q8,
+                            __local float *scratch) {
+    float y[MVN_CHUNK];
+#pragma unroll
+    for (int j = 0; j < MVN_CHUNK; ++j) y[j] = k0 + j < nk ? nw[mvn_at(warp, k0 + j, lane)] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MVN_CHUNK; ++j) {
+        y[j] *= nv[j];
+        if (k0 + j < nk) {
+            normed[mvn_at(warp, k0 + j, lane)] = nv[j];
+            dst[mvn_at(warp, k0 + j, lane)] = y[j];
+        }
+    }
+    if (has_q8) mvn_store_q8(y, k0, nk, warp, lane, q8, scratch);
+}
+
 // The norm of the whole row, by the last work-group (`last`; the others run
 // the same loops with no blocks, since PoCL's barriers in warp_sum need every
 // work-item): warp w takes blocks w, w + MVN_WARPS, ..., one element a lane.
@@ -111,46 +133,22 @@ inline void mvn_norm_row(int last, const volatile __global float *sum, const __g
     for (int i = 0; i < MVN_WARPS; ++i) total += red[i];
     const float scale = 1.0f / sqrt(total / (float)n + eps);
 
-    // A chunk's weights are loaded before its stores (normed and dst may
-    // share memory with the sum's inputs, so the compiler keeps loads after
-    // stores in order); then its Q8_1 blocks.
-#pragma unroll
-    for (int k0 = 0; k0 < MVN_KEEP; k0 += MVN_CHUNK) {
-        float y[MVN_CHUNK];
-#pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) y[j] = k0 + j < nk ? nw[mvn_at(warp, k0 + j, lane)] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) {
-            const int k = k0 + j;
-            const float nv = x[k] * scale;
-            y[j] *= nv;
-            if (k < nk) {
-                normed[mvn_at(warp, k, lane)] = nv;
-                dst[mvn_at(warp, k, lane)] = y[j];
-            }
-        }
-        if (has_q8) mvn_store_q8(y, k0, nk, warp, lane, q8, scratch);
-    }
-    // Rows longer than MVN_KEEP blocks a warp: the rest read again, a chunk
+    // Rows longer than MVN_KEEP blocks a warp read the rest again, a chunk
     // at a time (each element is read before the one lane that owns it
     // writes it).
+#pragma unroll
+    for (int k0 = 0; k0 < MVN_KEEP; k0 += MVN_CHUNK) {
+        float nv[MVN_CHUNK];
+#pragma unroll
+        for (int j = 0; j < MVN_CHUNK; ++j) nv[j] = x[k0 + j] * scale;
+        mvn_write_chunk(nv, k0, nk, warp, lane, nw, normed, dst, has_q8, q8, scratch);
+    }
     for (int k0 = MVN_KEEP; k0 < nk_max; k0 += MVN_CHUNK) {
-        float y[MVN_CHUNK], nv[MVN_CHUNK];
+        float nv[MVN_CHUNK];
 #pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) {
-            const int live = k0 + j < nk;
-            nv[j] = live ? sum[mvn_at(warp, k0 + j, lane)] * scale : 0.0f;
-            y[j] = live ? nw[mvn_at(warp, k0 + j, lane)] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < MVN_CHUNK; ++j) {
-            y[j] *= nv[j];
-            if (k0 + j < nk) {
-                normed[mvn_at(warp, k0 + j, lane)] = nv[j];
-                dst[mvn_at(warp, k0 + j, lane)] = y[j];
-            }
-        }
-        if (has_q8) mvn_store_q8(y, k0, nk, warp, lane, q8, scratch);
+        for (int j = 0; j < MVN_CHUNK; ++j)
+            nv[j] = k0 + j < nk ? sum[mvn_at(warp, k0 + j, lane)] * scale : 0.0f;
+        mvn_write_chunk(nv, k0, nk, warp, lane, nw, normed, dst, has_q8, q8, scratch);
     }
 }
 
