@@ -96,6 +96,11 @@ impl Default for MmaTile {
 /// kernel's fixed-size local arrays cannot exceed.
 const MMA_LOCAL_LIMIT: usize = 48 << 10;
 
+/// Stages of the raw-staged mma tiles in local memory at once: one
+/// computing while the next is copied (cp.async). Three measured no faster
+/// on the H200 with the smaller stages they need to fit (docs/perf.md step 18).
+const MMA_NBUF: usize = 2;
+
 impl MmaTile {
     /// Work-items per work-group (32 per warp).
     pub fn work_items(&self) -> usize {
@@ -112,25 +117,30 @@ impl MmaTile {
         self.wn * self.nt * 8
     }
 
-    /// Bytes of local memory the kernel declares, laid out as its
-    /// MMA_LOCALS: int8 rows of MMA_S ints for weights and tokens, a float
-    /// scale per weight block, a (d, s) float pair per token block, and the
-    /// emulation's 6 ints per work-item (not declared on NVIDIA, counted
-    /// anyway so one shape is valid everywhere); the K-quant kernels' second
-    /// float per weight block (MMA_LOCALS_KQ), so one shape fits every format.
+    /// Bytes of local memory the largest of the tile's kernels declares,
+    /// with the emulation's 6 ints per work-item (not declared on NVIDIA,
+    /// counted anyway so one shape is valid everywhere):
+    /// - K-quants (MMA_KERNEL): int8 rows of MMA_S ints for weights and
+    ///   tokens, two floats per weight unit, a (d, s) pair per token block;
+    /// - Q4_0 / Q8_0 (MMA_RAW_KERNEL): MMA_NBUF stages of blocks as they lie
+    ///   in memory, 18 / 34 bytes a weight block and 36 a Q8_1 block, with
+    ///   MMA_RKB_Q4_0 / MMA_RKB_Q8_0 blocks a stage.
     pub fn local_bytes(&self) -> usize {
         let stride = self.kb * 8 + if self.kb == 1 { 0 } else { 8 };
-        let ints = (self.rows() + self.tokens()) * stride
-            + self.kb * self.rows() * 2
-            + self.kb * self.tokens() * 2
-            + self.work_items() * 6;
-        ints * 4
+        let kquant = 4
+            * ((self.rows() + self.tokens()) * stride
+                + self.kb * self.rows() * 2
+                + self.kb * self.tokens() * 2);
+        let raw = |rkb: usize, bb: usize| MMA_NBUF * rkb * (self.rows() * bb + self.tokens() * 36);
+        let q4_0 = raw(self.kb.max(2), 18);
+        let q8_0 = raw((self.kb / 2).max(2), 34);
+        kquant.max(q4_0).max(q8_0) + 4 * self.work_items() * 6
     }
 
     /// The kernel's build options.
     pub fn defines(&self) -> String {
         format!(
-            "-DMMA_WM={} -DMMA_WN={} -DMMA_MT={} -DMMA_NT={} -DMMA_KB={}",
+            "-DMMA_WM={} -DMMA_WN={} -DMMA_MT={} -DMMA_NT={} -DMMA_KB={} -DMMA_NBUF={MMA_NBUF}",
             self.wm, self.wn, self.mt, self.nt, self.kb
         )
     }
@@ -478,7 +488,7 @@ mod tests {
         assert_eq!(c.mma_tile, MmaTile::default());
         assert_eq!(
             c.mma_tile.defines(),
-            "-DMMA_WM=2 -DMMA_WN=2 -DMMA_MT=4 -DMMA_NT=4 -DMMA_KB=4"
+            "-DMMA_WM=2 -DMMA_WN=2 -DMMA_MT=4 -DMMA_NT=4 -DMMA_KB=4 -DMMA_NBUF=2"
         );
         assert_eq!(
             (
@@ -488,14 +498,15 @@ mod tests {
             ),
             (128, 128, 64)
         );
-        // 128 rows and 64 tokens of 40 ints, 2 x 512 weight scales (the
-        // K-quants' second), 512 activation scales, 128 x 6 scratch.
+        // The K-quants': 128 rows and 64 tokens of 40 ints, 2 x 512 weight
+        // scales, 512 activation scales; 128 x 6 scratch. (Q4_0's two raw
+        // stages of 4 blocks are 2 x 4 x (128 x 18 + 64 x 36), as much.)
         assert_eq!(c.mma_tile.local_bytes(), 39936);
         let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,4,2")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.mma_tile;
         assert_eq!((t.work_items(), t.rows(), t.tokens()), (256, 64, 128));
-        assert_eq!(with(&[("POLYCL_MMA_TILE", "2,2,2,4,8")]).mma_tile.kb, 8);
+        assert_eq!(with(&[("POLYCL_MMA_TILE", "1,2,4,2,8")]).mma_tile.kb, 8);
         for bad in [
             "2,2,2,4",
             "2,2,2,4,4,4",
@@ -508,6 +519,8 @@ mod tests {
             "2,2,2,4,3",
             // 128x64 at KB=8: 55 KiB of staged rows alone.
             "4,2,2,4,8",
+            // 64x64 at KB=8: Q4_0's two raw stages are 54 KiB.
+            "2,2,2,4,8",
         ] {
             let c = with(&[("POLYCL_MMA_TILE", bad)]);
             assert_eq!(c.mma_tile, MmaTile::default(), "{bad}");

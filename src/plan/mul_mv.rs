@@ -42,6 +42,15 @@ fn mma_wanted(device: &Device) -> bool {
     config::get().mma.unwrap_or(device.is_nvidia)
 }
 
+/// Whether the raw-staged mma tiles (Q4_0, Q8_0) can copy `w` in 4-byte
+/// words: an even number of blocks a row and 4-byte aligned rows, so that no
+/// word straddles two rows.
+fn raw_stageable(w: &Operand) -> bool {
+    w.ne[0] % (2 * QK) == 0
+        && w.offset.is_multiple_of(4)
+        && w.nb[1..].iter().all(|nb| nb.is_multiple_of(4))
+}
+
 /// Whether `device` runs the fast kernels (and the fusions made for them).
 pub fn wanted(device: &Device) -> bool {
     config::get().fast_kernels.unwrap_or(device.is_gpu)
@@ -102,8 +111,8 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
     if x.ne[1] > MAX_MV_BATCH {
         if mma_wanted(device) && w.ne[0] % QK == 0 {
             let name = match wtype {
-                Q4_0 => Some("kernel_mul_mm_mma_q4_0"),
-                Q8_0 => Some("kernel_mul_mm_mma_q8_0"),
+                Q4_0 if raw_stageable(w) => Some("kernel_mul_mm_mma_q4_0"),
+                Q8_0 if raw_stageable(w) => Some("kernel_mul_mm_mma_q8_0"),
                 Q4K => Some("kernel_mul_mm_mma_q4_k"),
                 Q6K => Some("kernel_mul_mm_mma_q6_k"),
                 _ => None,

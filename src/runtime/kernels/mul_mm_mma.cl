@@ -7,26 +7,33 @@
 // MMA_WM x MMA_WN warps, each owning MMA_MT x MMA_NT m16n8 tiles, so a
 // work-group of 32 * MMA_WM * MMA_WN work-items computes a tile of MMA_TM
 // weight rows by MMA_TN tokens; warp w owns the sub-tile at rows
-// (w % MMA_WM) * MMA_MT * 16, tokens (w / MMA_WM) * MMA_NT * 8. Each stage
-// copies MMA_KB 32-element blocks of the tile's weight rows (Q4_0 nibbles
-// widened to bytes) and tokens into local memory as int8, with their scales;
-// then per block every warp runs MMA_MT * MMA_NT integer mma m16n8k32 (one
-// block is exactly K=32) and folds each integer result into float
-// accumulators with the block's scales, because the scales change every 32
-// elements. K-quants stage the 32-element units of their super-blocks as
-// blocks (a row has ne00 / 32 of either, and unit u of a row is the Q8_1
-// block u of a token), with two floats per (row, unit) instead of one. Q6_K
-// has a scale per 16-element half of a unit, so it runs two m16n8k16 mmas
-// per m16n8 tile, one per half, instead of one m16n8k32; their fragments are
-// the two halves of the k32 fragments, so the staging is the same.
+// (w % MMA_WM) * MMA_MT * 16, tokens (w / MMA_WM) * MMA_NT * 8. The K loop
+// runs in stages of 32-element blocks copied into local memory; per block
+// every warp runs MMA_MT * MMA_NT integer mma m16n8k32 (one block is exactly
+// K=32) and folds each integer result into float accumulators with the
+// block's scales, because the scales change every 32 elements.
 //
-// Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync in inline PTX.
-// Elsewhere a work-group-local emulation with the same fragment layout runs
-// instead, so the staging and fragment indexing are tested on CPU devices the
-// same way they run on the GPU.
+// Two ways to stage:
+//  - Q4_0 and Q8_0 (mma_tile_raw) copy the blocks as they lie in global
+//    memory, with coalesced copies (cp.async on NVIDIA, several stages in
+//    flight), and widen each fragment from those bytes in the mma loop.
+//  - Q4_K and Q6_K (mma_tile) stage MMA_KB 32-element units of their
+//    super-blocks as int8 rows with two floats per (row, unit), each
+//    work-item assembling whole units (a row has ne00 / 32 units, and unit
+//    u of a row meets Q8_1 block u of a token). Q6_K has a scale per
+//    16-element half of a unit, so it runs two m16n8k16 mmas per m16n8 tile,
+//    one per half, instead of one m16n8k32; their fragments are the two
+//    halves of the k32 fragments, so the staging is the same.
+//
+// Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync and cp.async in
+// inline PTX. Elsewhere a work-group-local emulation with the same fragment
+// layout runs instead, and the copies are plain loads and stores, so the
+// staging and fragment indexing are tested on CPU devices the same way they
+// run on the GPU.
 //
 // Launch: global {MMA_WG * ceil(ne01 / MMA_TM), ceil(ne11 / MMA_TN),
-// ne12 * ne13}, local {MMA_WG, 1, 1}. Needs ne00 % 32 == 0.
+// ne12 * ne13}, local {MMA_WG, 1, 1}. Needs ne00 % 32 == 0; Q4_0 and Q8_0
+// also ne00 % 64 == 0 and 4-byte aligned weight rows (plan/mul_mv.rs).
 
 #define QK 32
 #define Q8_1_BLOCK 36
@@ -59,7 +66,7 @@
 // computes the same stride for its local memory check.
 #define MMA_S (MMA_KB * 8 + (MMA_KB == 1 ? 0 : 8))
 
-// Inside a staged block the eight 4-byte K chunks are stored in the order
+// Inside a staged K-quant unit the eight 4-byte K chunks are stored in the order
 // 0,4,1,5,2,6,3,7: the chunks lane tig needs (tig and 4 + tig, i.e. k bytes
 // tig*4.. and 16+tig*4..) are then adjacent and one 64-bit load. Weights and
 // activations use the same order, so each dot product is unchanged.
@@ -158,22 +165,6 @@ inline int mma_load_i32_a2(const __global char *p) {
     return (int)u.x | ((int)u.y << 16);
 }
 
-// One weight block as a staged row's 8 ints (chunk order above).
-// Q4_0: chunk k (k < 4) holds the low nibbles of bytes 4k..4k+3 (elements
-// 4k..), chunk 4 + k their high nibbles (elements 16 + 4k..).
-inline int8 mma_fetch_q4_0(const __global char *wb) {
-    const int q0 = mma_load_i32_a2(wb + 2), q1 = mma_load_i32_a2(wb + 6);
-    const int q2 = mma_load_i32_a2(wb + 10), q3 = mma_load_i32_a2(wb + 14);
-    const int m = 0x0F0F0F0F;
-    return (int8)(q0 & m, (q0 >> 4) & m, q1 & m, (q1 >> 4) & m, q2 & m, (q2 >> 4) & m, q3 & m,
-                  (q3 >> 4) & m);
-}
-inline int8 mma_fetch_q8_0(const __global char *wb) {
-    return (int8)(mma_load_i32_a2(wb + 2), mma_load_i32_a2(wb + 18), mma_load_i32_a2(wb + 6),
-                  mma_load_i32_a2(wb + 22), mma_load_i32_a2(wb + 10), mma_load_i32_a2(wb + 26),
-                  mma_load_i32_a2(wb + 14), mma_load_i32_a2(wb + 30));
-}
-
 // Q4_K unit j of the super-block at sb (mm_stage_q4_k in mul_mv.cl): codes
 // in nibble j & 1 of qs[32 * (j / 2) + l], (d * scale, dmin * min) in *dd.
 inline int8 mma_fetch_q4_k(const __global char *sb, int j, float2 *dd) {
@@ -205,22 +196,60 @@ inline int8 mma_fetch_q6_k(const __global char *sb, int g, float2 *dd) {
     return (int8)(c[0], c[4], c[1], c[5], c[2], c[6], c[3], c[7]);
 }
 
+// Where the work-item is: lane, m16n8 fragment coordinates (g, tig), its
+// warp's sub-tile (wm, wn) in the work-group's tile (row0, tok0), the
+// batch indices of activations (i12, i13) and broadcast weights (i02, i03).
+#define MMA_TILE_COORDS                                                                       \
+    const int tid = get_local_id(0);                                                          \
+    const int lane = tid % 32, warp = tid / 32;                                               \
+    const int g = lane >> 2, tig = lane & 3;                                                  \
+    const int wm = (warp % MMA_WM) * (MMA_MT * 16), wn = (warp / MMA_WM) * (MMA_NT * 8);     \
+    const long row0 = get_group_id(0) * MMA_TM, tok0 = get_group_id(1) * MMA_TN;             \
+    const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;           \
+    const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);             \
+    const long nblocks = w_ne.s0 / QK;
+
+inline __attribute__((always_inline)) void mma_zero(float acc[MMA_MT][MMA_NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < MMA_NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+}
+
+// The warp's sub-tile at rows r0.., tokens t0.. (m16n8 accumulator layout:
+// c0, c1 row g, c2, c3 row g + 8; tokens 2 tig, 2 tig + 1), rows and tokens
+// past nrows / ntok dropped.
+inline __attribute__((always_inline)) void mma_store(float acc[MMA_MT][MMA_NT][4], TENSOR(dst),
+                                                     long nrows, long ntok, long r0, long t0,
+                                                     int g, int tig, long i12, long i13) {
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < MMA_NT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const long r = r0 + mt * 16 + g + (i >= 2 ? 8 : 0);
+                const long t = t0 + nt * 8 + 2 * tig + (i & 1);
+                if (r < nrows && t < ntok) store_f32(AT(dst, r, t, i12, i13), acc[mt][nt][i]);
+            }
+        }
+    }
+}
+
 // Weight formats (mma_tile's `fmt`).
 #define MMA_Q8_0 0
 #define MMA_Q4_0 1
 #define MMA_Q4_K 2
 #define MMA_Q6_K 3
 
-// Block (unit) ib of a weight row as a staged row's 8 ints, with its
-// scales in *dd: (d, unused) for Q4_0 / Q8_0, the two floats of
-// mma_fetch_q4_k / _q6_k for K-quants.
+// Unit ib of a K-quant weight row as a staged row's 8 ints, with the two
+// floats of mma_fetch_q4_k / _q6_k in *dd.
 inline __attribute__((always_inline)) int8 mma_fetch(const __global char *row, long ib,
                                                       const int fmt, float2 *dd) {
     if (fmt == MMA_Q4_K) return mma_fetch_q4_k(row + (ib >> 3) * 144, (int)(ib & 7), dd);
-    if (fmt == MMA_Q6_K) return mma_fetch_q6_k(row + (ib >> 3) * 210, (int)(ib & 7), dd);
-    const __global char *wb = row + ib * (fmt == MMA_Q4_0 ? 18 : 34);
-    *dd = (float2)(vload_half(0, (const __global half *)wb), 0.0f);
-    return fmt == MMA_Q4_0 ? mma_fetch_q4_0(wb) : mma_fetch_q8_0(wb);
+    return mma_fetch_q6_k(row + (ib >> 3) * 210, (int)(ib & 7), dd);
 }
 
 // Blocks each work-item copies per stage: weight rows and tokens separately,
@@ -234,33 +263,20 @@ inline __attribute__((always_inline)) int8 mma_fetch(const __global char *row, l
 #define MMA_W_REM (MMA_W_BLOCKS % MMA_WG != 0)
 #define MMA_A_REM (MMA_A_BLOCKS % MMA_WG != 0)
 
-// One MMA_TM x MMA_TN output tile; `fmt` picks the weight format (a constant
-// at each call, so the other formats' code folds away). The local arrays are
-// the kernel's, since OpenCL C 1.2 declares local memory only at kernel scope;
-// `ldw2`, the second float per (row, block), is read and written only for
-// K-quants. Forced inline: a C99 `inline` function too big to inline has no
-// external definition, and `fmt` must fold to a constant.
+// One MMA_TM x MMA_TN output tile of K-quant weights; `fmt` picks the
+// format (a constant at each call, so the other format's code folds away).
+// The local arrays are the kernel's, since OpenCL C 1.2 declares local
+// memory only at kernel scope. Forced inline: a C99 `inline` function too
+// big to inline has no external definition, and `fmt` must fold to a
+// constant.
 inline __attribute__((always_inline)) void
 mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
          TENSOR(dst), const int fmt, __local int *lw, __local int *la, __local float *ldw,
          __local float *ldw2, __local float *lds, __local int *scratch) {
-    const int kq = fmt == MMA_Q4_K || fmt == MMA_Q6_K;
-    const int tid = get_local_id(0);
-    const int lane = tid % 32, warp = tid / 32;
-    const int g = lane >> 2, tig = lane & 3;
-    const int wm = (warp % MMA_WM) * (MMA_MT * 16), wn = (warp / MMA_WM) * (MMA_NT * 8);
-    const long row0 = get_group_id(0) * MMA_TM, tok0 = get_group_id(1) * MMA_TN;
-    const long i12 = get_global_id(2) % b_ne.s2, i13 = get_global_id(2) / b_ne.s2;
-    const long i02 = i12 / (b_ne.s2 / w_ne.s2), i03 = i13 / (b_ne.s3 / w_ne.s3);
-    const long nblocks = w_ne.s0 / QK;
+    MMA_TILE_COORDS
     const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
     float acc[MMA_MT][MMA_NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MMA_MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < MMA_NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    mma_zero(acc);
     // A stage's global data goes through registers: the next stage's loads
     // are issued before this stage's mma work, so their latency hides behind it.
     int8 wq[MMA_W_SLOTS], aq[MMA_A_SLOTS];
@@ -278,7 +294,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nkb) {
                     vstore8(wq[j], 0, lw + r * MMA_S + kb * 8);
                     ldw[kb * MMA_TM + r] = wd[j].x;
-                    if (kq) ldw2[kb * MMA_TM + r] = wd[j].y;
+                    ldw2[kb * MMA_TM + r] = wd[j].y;
                 }
             }
 #pragma unroll
@@ -334,7 +350,7 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const int2 hi = vload2(0, lw + (r + 8) * MMA_S + kb * 8 + 2 * tig);
                 af[mt] = (int4)(lo.x, hi.x, lo.y, hi.y);
                 dw[mt] = (float2)(ldw[kb * MMA_TM + r], ldw[kb * MMA_TM + r + 8]);
-                if (kq) dw2[mt] = (float2)(ldw2[kb * MMA_TM + r], ldw2[kb * MMA_TM + r + 8]);
+                dw2[mt] = (float2)(ldw2[kb * MMA_TM + r], ldw2[kb * MMA_TM + r + 8]);
             }
 #pragma unroll
             for (int nt = 0; nt < MMA_NT; ++nt) {
@@ -358,12 +374,214 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                         acc[mt][nt][1] += ds.z * (dw[mt].x * c.y + dw2[mt].x * c2.y);
                         acc[mt][nt][2] += ds.x * (dw[mt].y * c.z + dw2[mt].y * c2.z);
                         acc[mt][nt][3] += ds.z * (dw[mt].y * c.w + dw2[mt].y * c2.w);
-                    } else if (fmt == MMA_Q4_K) {
+                    } else {
                         acc[mt][nt][0] += dw[mt].x * ds.x * c.x - dw2[mt].x * ds.y;
                         acc[mt][nt][1] += dw[mt].x * ds.z * c.y - dw2[mt].x * ds.w;
                         acc[mt][nt][2] += dw[mt].y * ds.x * c.z - dw2[mt].y * ds.y;
                         acc[mt][nt][3] += dw[mt].y * ds.z * c.w - dw2[mt].y * ds.w;
-                    } else if (fmt == MMA_Q4_0) {
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig, i12, i13);
+}
+
+// Raw-staged tiles for Q4_0 and Q8_0: each stage copies the tile's weight
+// rows and tokens into local memory as they lie in global memory (whole
+// blocks, scales included), consecutive work-items taking consecutive
+// words, and the fragments are widened from those bytes in the mma loop.
+// The int8 staging of mma_tile (the K-quants') has each work-item assemble
+// whole blocks with 2-byte loads, a warp touching 8 rows per load
+// instruction; for Q4_0 that took a third of the kernel on the H200
+// (docs/perf.md step 18). On NVIDIA the copies are cp.async, which needs no
+// registers to carry a stage in flight, so MMA_NBUF - 1 stages are in
+// flight while one computes. Needs 4-byte aligned rows and an even number of
+// blocks per row (the planner checks), so every copied word lies inside one
+// row; 8- and 16-byte copies where the addresses allow.
+#ifndef MMA_NBUF
+#define MMA_NBUF 2
+#endif
+// Blocks per stage: even, so a stage's bytes are whole words.
+#define MMA_RKB_Q4_0 (MMA_KB < 2 ? 2 : MMA_KB)
+#define MMA_RKB_Q8_0 (MMA_KB < 4 ? 2 : MMA_KB / 2)
+// Words per staged weight row / token.
+#define MMA_RWW_Q4_0 (MMA_RKB_Q4_0 * 18 / 4)
+#define MMA_RWW_Q8_0 (MMA_RKB_Q8_0 * 34 / 4)
+
+#ifdef POLYCL_NVIDIA
+// `dst` is a shared-memory address: OpenCL's __local pointers are offsets
+// into the work-group's shared window, which is what cp.async takes.
+inline void mma_copy4(__local int *dst, const __global int *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint)(ulong)dst), "l"(src)
+                 : "memory");
+}
+inline void mma_copy8(__local int *dst, const __global int *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint)(ulong)dst), "l"(src)
+                 : "memory");
+}
+inline void mma_copy16(__local int *dst, const __global int *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(ulong)dst), "l"(src)
+                 : "memory");
+}
+inline void mma_copy_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most MMA_NBUF - 1 committed stages are still in flight:
+// the oldest of them, the stage about to be computed, has landed.
+inline void mma_copy_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(MMA_NBUF - 1) : "memory");
+}
+#else
+inline void mma_copy4(__local int *dst, const __global int *src) { *dst = *src; }
+inline void mma_copy8(__local int *dst, const __global int *src) {
+    vstore2(vload2(0, src), 0, dst);
+}
+inline void mma_copy16(__local int *dst, const __global int *src) {
+    vstore4(vload4(0, src), 0, dst);
+}
+inline void mma_copy_commit(void) {}
+inline void mma_copy_wait(void) {}
+#endif
+
+// Four bytes from a 2-byte aligned local address.
+inline int mma_lload_i32_a2(const __local char *p) {
+    const ushort2 u = vload2(0, (const __local ushort *)p);
+    return (int)u.x | ((int)u.y << 16);
+}
+
+// Copies `n` chunks of `cw` words (of which the first `live`) starting
+// `off` bytes into rows row0.. of `base` (row stride nb1) to `dst`, chunk r
+// at word r * cw, in units of `u` words (1, 2 or 4; a constant at each call:
+// cw, live, off, nb1 and both bases are multiples of it). Rows past `nrows`
+// repeat the last one: computed, never stored.
+inline __attribute__((always_inline)) void
+mma_raw_copy(__local int *dst, const __global char *base, ulong nb1, long nrows, long row0,
+             ulong off, const int n, const int cw, const int live, const int u) {
+    const int tid = get_local_id(0);
+    const int cu = cw / u, liveu = live / u;
+    // Unrolled: the compiler keeps each slot's address in registers across
+    // the stages (with 4-byte units only, 36 slots, that cost 2 work-groups an
+    // SM and was slower; with the wide units 7B Q4_0 pp512 gained 3%, Q8_0
+    // 11%, docs/perf.md step 18).
+#pragma unroll
+    for (int j = 0; j < (n * cu + MMA_WG - 1) / MMA_WG; ++j) {
+        const int i = j * MMA_WG + tid;
+        const int r = i / cu, k = i - r * cu;
+        if (i < n * cu && k < liveu) {
+            const long rr = min(row0 + r, nrows - 1);
+            const __global int *src = (const __global int *)(base + rr * nb1 + off) + k * u;
+            __local int *d = dst + r * cw + k * u;
+            if (u == 4)
+                mma_copy16(d, src);
+            else if (u == 2)
+                mma_copy8(d, src);
+            else
+                mma_copy4(d, src);
+        }
+    }
+}
+
+// Starts copying stage `st` (its first `nkb` blocks) into `lw` / `la`:
+// weights in 8-byte units and tokens in 16-byte units where every stage is
+// full and the addresses allow (`wide`), else 4-byte units.
+inline __attribute__((always_inline)) void
+mma_raw_issue(const __global char *wbase, ulong w_nb1, long nrows, long row0,
+              const __global char *abase, ulong a_nb1, long ntok, long tok0, long st, int nkb,
+              const int bb, const int rkb, const int wide_w, const int wide_a, __local int *lw,
+              __local int *la) {
+    const int ww = rkb * bb / 4, aw = rkb * 9;
+    const ulong woff = (ulong)st * rkb * bb, aoff = (ulong)st * rkb * Q8_1_BLOCK;
+    if (wide_w)
+        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, ww, nkb * bb / 4, 2);
+    else
+        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, ww, nkb * bb / 4, 1);
+    if (wide_a)
+        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, nkb * 9, 4);
+    else
+        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, nkb * 9, 1);
+}
+
+// mma_tile with raw staging (Q4_0 / Q8_0 only); `lw` / `la` hold MMA_NBUF
+// stages of MMA_TM rows / MMA_TN tokens.
+inline __attribute__((always_inline)) void
+mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
+             TENSOR(dst), const int fmt, __local int *lw, __local int *la,
+             __local int *scratch) {
+    const int bb = fmt == MMA_Q4_0 ? 18 : 34;
+    const int rkb = fmt == MMA_Q4_0 ? MMA_RKB_Q4_0 : MMA_RKB_Q8_0;
+    const int ww = rkb * bb / 4, aw = rkb * 9;
+    MMA_TILE_COORDS
+    const __global char *wbase = w + w_off + i02 * w_nb.s2 + i03 * w_nb.s3;
+    const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
+    float acc[MMA_MT][MMA_NT][4];
+    mma_zero(acc);
+    const long nstages = (nblocks + rkb - 1) / rkb;
+    const int full = nblocks % rkb == 0;
+    const int wide_w = full && (rkb * bb) % 8 == 0 && w_nb.s1 % 8 == 0 && (ulong)wbase % 8 == 0;
+    const int wide_a = full && (rkb * Q8_1_BLOCK) % 16 == 0 && act_nb.s1 % 16 == 0 &&
+                       (ulong)abase % 16 == 0;
+    // MMA_NBUF - 1 stages in flight ahead of the one computed; a group is
+    // committed for every stage, empty past the end, so the wait count holds.
+    for (int s = 0; s < MMA_NBUF - 1; ++s) {
+        if (s < nstages)
+            mma_raw_issue(wbase, w_nb.s1, w_ne.s1, row0, abase, act_nb.s1, b_ne.s1, tok0, s,
+                          (int)min((long)rkb, nblocks - s * rkb), bb, rkb, wide_w, wide_a,
+                          lw + s * MMA_TM * ww, la + s * MMA_TN * aw);
+        mma_copy_commit();
+    }
+    for (long st = 0; st < nstages; ++st) {
+        // Into the buffer the previous iteration computed from (its trailing
+        // barrier has passed).
+        const long sn = st + MMA_NBUF - 1;
+        if (sn < nstages) {
+            const int b = (int)(sn % MMA_NBUF);
+            mma_raw_issue(wbase, w_nb.s1, w_ne.s1, row0, abase, act_nb.s1, b_ne.s1, tok0, sn,
+                          (int)min((long)rkb, nblocks - sn * rkb), bb, rkb, wide_w, wide_a,
+                          lw + b * MMA_TM * ww, la + b * MMA_TN * aw);
+        }
+        mma_copy_commit();
+        mma_copy_wait();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int buf = (int)(st % MMA_NBUF);
+        const __local char *wl = (const __local char *)(lw + buf * MMA_TM * ww);
+        const __local char *al = (const __local char *)(la + buf * MMA_TN * aw);
+        const int nkb = (int)min((long)rkb, nblocks - st * rkb);
+        for (int kb = 0; kb < nkb; ++kb) {
+            int4 af[MMA_MT];
+            float2 dw[MMA_MT];
+#pragma unroll
+            for (int mt = 0; mt < MMA_MT; ++mt) {
+                const __local char *p0 = wl + (wm + mt * 16 + g) * ww * 4 + kb * bb;
+                const __local char *p1 = p0 + 8 * ww * 4;
+                dw[mt] = (float2)(vload_half(0, (const __local half *)p0),
+                                  vload_half(0, (const __local half *)p1));
+                if (fmt == MMA_Q4_0) {
+                    // Low nibbles of qs[4 tig..] are k = 4 tig.., high ones k = 16 + 4 tig..
+                    const int v0 = mma_lload_i32_a2(p0 + 2 + 4 * tig);
+                    const int v1 = mma_lload_i32_a2(p1 + 2 + 4 * tig);
+                    const int m = 0x0F0F0F0F;
+                    af[mt] = (int4)(v0 & m, v1 & m, (v0 >> 4) & m, (v1 >> 4) & m);
+                } else {
+                    af[mt] = (int4)(mma_lload_i32_a2(p0 + 2 + 4 * tig),
+                                    mma_lload_i32_a2(p1 + 2 + 4 * tig),
+                                    mma_lload_i32_a2(p0 + 18 + 4 * tig),
+                                    mma_lload_i32_a2(p1 + 18 + 4 * tig));
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < MMA_NT; ++nt) {
+                const int t = wn + nt * 8;
+                const __local char *q = al + (t + g) * aw * 4 + kb * Q8_1_BLOCK;
+                const int2 bf = (int2)(*(const __local int *)(q + 4 + 4 * tig),
+                                       *(const __local int *)(q + 20 + 4 * tig));
+                // (da, sa) of tokens t + 2 tig and t + 2 tig + 1.
+                const __local char *d0 = al + (t + 2 * tig) * aw * 4 + kb * Q8_1_BLOCK;
+                const float4 ds = (float4)(vload_half2(0, (const __local half *)d0),
+                                           vload_half2(0, (const __local half *)(d0 + aw * 4)));
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) {
+                    const float4 c = mma_i2f(mma_s8(af[mt], bf, scratch));
+                    if (fmt == MMA_Q4_0) {
                         acc[mt][nt][0] += dw[mt].x * (ds.x * c.x - 8.0f * ds.y);
                         acc[mt][nt][1] += dw[mt].x * (ds.z * c.y - 8.0f * ds.w);
                         acc[mt][nt][2] += dw[mt].y * (ds.x * c.z - 8.0f * ds.y);
@@ -379,42 +597,38 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#pragma unroll
-    for (int mt = 0; mt < MMA_MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < MMA_NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const long r = row0 + wm + mt * 16 + g + (i >= 2 ? 8 : 0);
-                const long t = tok0 + wn + nt * 8 + 2 * tig + (i & 1);
-                if (r < w_ne.s1 && t < b_ne.s1) store_f32(AT(dst, r, t, i12, i13), acc[mt][nt][i]);
-            }
-        }
-    }
+    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig, i12, i13);
 }
 
-// Weights staged as int8 rows, activations likewise, the weight scales, and
-// (da, sa) pairs so that a lane's two adjacent tokens are one 16-byte load.
-// K-quant kernels add MMA_LOCALS_KQ, their second float per (row, unit);
-// Q4_0 / Q8_0 pass ldw in its place, never touched.
-#define MMA_LOCALS                                                                            \
-    __local int lw[MMA_TM * MMA_S];                                                           \
-    __local int la[MMA_TN * MMA_S];                                                           \
-    __local float ldw[MMA_KB * MMA_TM];                                                       \
-    __local float lds[MMA_KB * MMA_TN * 2];                                                   \
-    MMA_SCRATCH
-#define MMA_LOCALS_KQ __local float ldw2[MMA_KB * MMA_TM];
-
-#define MMA_KERNEL(NAME, FMT, LDW2, LOCALS2)                                                  \
+// The K-quant tiles' local memory: weights staged as int8 rows, activations
+// likewise, the two floats per (row, unit), and (da, sa) pairs so that a
+// lane's two adjacent tokens are one 16-byte load.
+#define MMA_KERNEL(NAME, FMT)                                                                 \
     kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,      \
                      long4 b_ne, TENSOR(dst)) {                                               \
-        MMA_LOCALS                                                                            \
-        LOCALS2                                                                               \
+        __local int lw[MMA_TM * MMA_S];                                                       \
+        __local int la[MMA_TN * MMA_S];                                                       \
+        __local float ldw[MMA_KB * MMA_TM];                                                   \
+        __local float ldw2[MMA_KB * MMA_TM];                                                  \
+        __local float lds[MMA_KB * MMA_TN * 2];                                               \
+        MMA_SCRATCH                                                                           \
         mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne,      \
-                 dst_nb, FMT, lw, la, ldw, LDW2, lds, MMA_SCRATCH_PTR);                       \
+                 dst_nb, FMT, lw, la, ldw, ldw2, lds, MMA_SCRATCH_PTR);                       \
     }
 
-MMA_KERNEL(kernel_mul_mm_mma_q4_0, MMA_Q4_0, ldw, )
-MMA_KERNEL(kernel_mul_mm_mma_q8_0, MMA_Q8_0, ldw, )
-MMA_KERNEL(kernel_mul_mm_mma_q4_k, MMA_Q4_K, ldw2, MMA_LOCALS_KQ)
-MMA_KERNEL(kernel_mul_mm_mma_q6_k, MMA_Q6_K, ldw2, MMA_LOCALS_KQ)
+// The raw tiles' local memory: MMA_NBUF stages of weight rows and tokens
+// as they lie in global memory; int4, so 16-byte aligned for the copies.
+#define MMA_RAW_KERNEL(NAME, FMT, RWW, RKB)                                                   \
+    kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,      \
+                     long4 b_ne, TENSOR(dst)) {                                               \
+        __local int4 lw[(MMA_NBUF * MMA_TM * RWW + 3) / 4];                                   \
+        __local int4 la[(MMA_NBUF * MMA_TN * RKB * 9 + 3) / 4];                               \
+        MMA_SCRATCH                                                                           \
+        mma_tile_raw(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne,  \
+                     dst_nb, FMT, (__local int *)lw, (__local int *)la, MMA_SCRATCH_PTR);     \
+    }
+
+MMA_RAW_KERNEL(kernel_mul_mm_mma_q4_0, MMA_Q4_0, MMA_RWW_Q4_0, MMA_RKB_Q4_0)
+MMA_RAW_KERNEL(kernel_mul_mm_mma_q8_0, MMA_Q8_0, MMA_RWW_Q8_0, MMA_RKB_Q8_0)
+MMA_KERNEL(kernel_mul_mm_mma_q4_k, MMA_Q4_K)
+MMA_KERNEL(kernel_mul_mm_mma_q6_k, MMA_Q6_K)
