@@ -120,21 +120,24 @@ impl MmaTile {
     /// Bytes of local memory the largest of the tile's kernels declares,
     /// with the emulation's 6 ints per work-item (not declared on NVIDIA,
     /// counted anyway so one shape is valid everywhere):
-    /// - K-quants (MMA_KERNEL): int8 rows of MMA_S ints for weights and
-    ///   tokens, two floats per weight unit, a (d, s) pair per token block;
+    /// - Q6_K (`kernel_mul_mm_mma_q6_k`): int8 rows of MMA_S ints for weights
+    ///   and tokens, two floats per weight unit, a (d, s) pair per token block;
     /// - Q4_0 / Q8_0 (MMA_RAW_KERNEL): MMA_NBUF stages of blocks as they lie
     ///   in memory, 18 / 34 bytes a weight block and 36 a Q8_1 block, with
-    ///   MMA_RKB_Q4_0 / MMA_RKB_Q8_0 blocks a stage.
+    ///   MMA_RKB_Q4_0 / MMA_RKB_Q8_0 blocks a stage;
+    /// - Q4_K (MMA_RAW_KERNEL): MMA_NBUF stages of 4 units, a weight row's
+    ///   codes in 18 words, 4 Q8_1 blocks a token, 8 decoded scales a row.
     pub fn local_bytes(&self) -> usize {
         let stride = self.kb * 8 + if self.kb == 1 { 0 } else { 8 };
-        let kquant = 4
+        let q6_k = 4
             * ((self.rows() + self.tokens()) * stride
                 + self.kb * self.rows() * 2
                 + self.kb * self.tokens() * 2);
         let raw = |rkb: usize, bb: usize| MMA_NBUF * rkb * (self.rows() * bb + self.tokens() * 36);
         let q4_0 = raw(self.kb.max(2), 18);
         let q8_0 = raw((self.kb / 2).max(2), 34);
-        kquant.max(q4_0).max(q8_0) + 4 * self.work_items() * 6
+        let q4_k = MMA_NBUF * (self.rows() * (18 * 4 + 8 * 4) + self.tokens() * 4 * 36);
+        [q6_k, q4_0, q8_0, q4_k].into_iter().max().unwrap_or(0) + 4 * self.work_items() * 6
     }
 
     /// The kernel's build options.
@@ -498,14 +501,13 @@ mod tests {
             ),
             (128, 128, 64)
         );
-        // The K-quants': 128 rows and 64 tokens of 40 ints, 2 x 512 weight
-        // scales, 512 activation scales; 128 x 6 scratch. (Q4_0's two raw
-        // stages of 4 blocks are 2 x 4 x (128 x 18 + 64 x 36), as much.)
-        assert_eq!(c.mma_tile.local_bytes(), 39936);
-        let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,4,2")]);
+        // Q4_K's two raw stages: 128 rows of 18 words and 8 scales, 64
+        // tokens of 4 x 36 bytes; 128 x 6 ints of scratch.
+        assert_eq!(c.mma_tile.local_bytes(), 2 * (128 * 104 + 64 * 144) + 3072);
+        let c = with(&[("POLYCL_MMA_TILE", " 2, 4,2,2,2")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         let t = c.mma_tile;
-        assert_eq!((t.work_items(), t.rows(), t.tokens()), (256, 64, 128));
+        assert_eq!((t.work_items(), t.rows(), t.tokens()), (256, 64, 64));
         assert_eq!(with(&[("POLYCL_MMA_TILE", "1,2,4,2,8")]).mma_tile.kb, 8);
         for bad in [
             "2,2,2,4",
@@ -521,6 +523,9 @@ mod tests {
             "4,2,2,4,8",
             // 64x64 at KB=8: Q4_0's two raw stages are 54 KiB.
             "2,2,2,4,8",
+            // 64x128: Q4_K's two raw stages (4 units each) and the scratch
+            // of 256 work-items are 55 KiB.
+            "2,4,2,4,2",
         ] {
             let c = with(&[("POLYCL_MMA_TILE", bad)]);
             assert_eq!(c.mma_tile, MmaTile::default(), "{bad}");

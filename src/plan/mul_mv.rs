@@ -42,7 +42,7 @@ fn mma_wanted(device: &Device) -> bool {
     config::get().mma.unwrap_or(device.is_nvidia)
 }
 
-/// Whether the raw-staged mma tiles (Q4_0, Q8_0) can copy `w` in 4-byte
+/// Whether the raw-staged mma tiles (Q4_0, Q8_0, Q4_K) can copy `w` in 4-byte
 /// words: an even number of blocks a row and 4-byte aligned rows, so that no
 /// word straddles two rows.
 fn raw_stageable(w: &Operand) -> bool {
@@ -113,7 +113,7 @@ pub fn select(device: &Device, wtype: GgmlType, w: &Operand, x: &Operand) -> Opt
             let name = match wtype {
                 Q4_0 if raw_stageable(w) => Some("kernel_mul_mm_mma_q4_0"),
                 Q8_0 if raw_stageable(w) => Some("kernel_mul_mm_mma_q8_0"),
-                Q4K => Some("kernel_mul_mm_mma_q4_k"),
+                Q4K if raw_stageable(w) => Some("kernel_mul_mm_mma_q4_k"),
                 Q6K => Some("kernel_mul_mm_mma_q6_k"),
                 _ => None,
             };

@@ -14,16 +14,17 @@
 // block's scales, because the scales change every 32 elements.
 //
 // Two ways to stage:
-//  - Q4_0 and Q8_0 (mma_tile_raw) copy the blocks as they lie in global
-//    memory, with coalesced copies (cp.async on NVIDIA, several stages in
-//    flight), and widen each fragment from those bytes in the mma loop.
-//  - Q4_K and Q6_K (mma_tile) stage MMA_KB 32-element units of their
-//    super-blocks as int8 rows with two floats per (row, unit), each
-//    work-item assembling whole units (a row has ne00 / 32 units, and unit
-//    u of a row meets Q8_1 block u of a token). Q6_K has a scale per
-//    16-element half of a unit, so it runs two m16n8k16 mmas per m16n8 tile,
-//    one per half, instead of one m16n8k32; their fragments are the two
-//    halves of the k32 fragments, so the staging is the same.
+//  - Q4_0, Q8_0 and Q4_K (mma_tile_raw) copy the blocks as they lie in
+//    global memory, with coalesced copies (cp.async on NVIDIA, a stage in
+//    flight while one computes), and widen each fragment from those bytes in
+//    the mma loop. K-quants count 32-element units of their super-blocks as
+//    blocks (a row has ne00 / 32 units, and unit u of a row meets Q8_1 block
+//    u of a token), with two floats per (row, unit) instead of one.
+//  - Q6_K (mma_tile_q6_k: 210-byte super-blocks, so rows are only 2-byte
+//    aligned) stages MMA_KB units as int8 rows, each work-item assembling
+//    whole units. It has a scale per 16-element half of a unit, so it runs
+//    two m16n8k16 mmas per m16n8 tile, one per half, instead of one
+//    m16n8k32; their fragments are the two halves of the k32 fragments.
 //
 // Built with -DPOLYCL_NVIDIA on NVIDIA devices: mma.sync and cp.async in
 // inline PTX. Elsewhere a work-group-local emulation with the same fragment
@@ -32,8 +33,8 @@
 // run on the GPU.
 //
 // Launch: global {MMA_WG * ceil(ne01 / MMA_TM), ceil(ne11 / MMA_TN),
-// ne12 * ne13}, local {MMA_WG, 1, 1}. Needs ne00 % 32 == 0; Q4_0 and Q8_0
-// also ne00 % 64 == 0 and 4-byte aligned weight rows (plan/mul_mv.rs).
+// ne12 * ne13}, local {MMA_WG, 1, 1}. Needs ne00 % 32 == 0; Q4_0, Q8_0 and
+// Q4_K also ne00 % 64 == 0 and 4-byte aligned weight rows (plan/mul_mv.rs).
 
 #define QK 32
 #define Q8_1_BLOCK 36
@@ -165,17 +166,6 @@ inline int mma_load_i32_a2(const __global char *p) {
     return (int)u.x | ((int)u.y << 16);
 }
 
-// Q4_K unit j of the super-block at sb (mm_stage_q4_k in mul_mv.cl): codes
-// in nibble j & 1 of qs[32 * (j / 2) + l], (d * scale, dmin * min) in *dd.
-inline int8 mma_fetch_q4_k(const __global char *sb, int j, float2 *dd) {
-    int sc, mn;
-    q4_k_scale_min(sb, j, &sc, &mn);
-    *dd = vload_half2(0, (const __global half *)sb) * (float2)((float)sc, (float)mn);
-    const int8 q = vload8(0, (const __global int *)(sb + 16 + 32 * (j >> 1)));
-    const int sh = 4 * (j & 1), m = 0x0F0F0F0F;
-    return (int8)((q.s0 >> sh) & m, (q.s4 >> sh) & m, (q.s1 >> sh) & m, (q.s5 >> sh) & m,
-                  (q.s2 >> sh) & m, (q.s6 >> sh) & m, (q.s3 >> sh) & m, (q.s7 >> sh) & m);
-}
 // Q6_K unit g of the super-block at sb (mm_stage_q6_k in mul_mv.cl): codes
 // minus 32 as signed bytes, d * scale of each 16-element half in *dd. Blocks
 // are 210 bytes, so only 2-byte loads are aligned.
@@ -238,19 +228,10 @@ inline __attribute__((always_inline)) void mma_store(float acc[MMA_MT][MMA_NT][4
     }
 }
 
-// Weight formats (mma_tile's `fmt`).
+// Weight formats (mma_tile_raw's `fmt`).
 #define MMA_Q8_0 0
 #define MMA_Q4_0 1
 #define MMA_Q4_K 2
-#define MMA_Q6_K 3
-
-// Unit ib of a K-quant weight row as a staged row's 8 ints, with the two
-// floats of mma_fetch_q4_k / _q6_k in *dd.
-inline __attribute__((always_inline)) int8 mma_fetch(const __global char *row, long ib,
-                                                      const int fmt, float2 *dd) {
-    if (fmt == MMA_Q4_K) return mma_fetch_q4_k(row + (ib >> 3) * 144, (int)(ib & 7), dd);
-    return mma_fetch_q6_k(row + (ib >> 3) * 210, (int)(ib & 7), dd);
-}
 
 // Blocks each work-item copies per stage: weight rows and tokens separately,
 // since the tile need not be square. When a count does not divide evenly the
@@ -263,16 +244,14 @@ inline __attribute__((always_inline)) int8 mma_fetch(const __global char *row, l
 #define MMA_W_REM (MMA_W_BLOCKS % MMA_WG != 0)
 #define MMA_A_REM (MMA_A_BLOCKS % MMA_WG != 0)
 
-// One MMA_TM x MMA_TN output tile of K-quant weights; `fmt` picks the
-// format (a constant at each call, so the other format's code folds away).
-// The local arrays are the kernel's, since OpenCL C 1.2 declares local
-// memory only at kernel scope. Forced inline: a C99 `inline` function too
-// big to inline has no external definition, and `fmt` must fold to a
-// constant.
+// One MMA_TM x MMA_TN output tile of Q6_K weights (int8 staging). The
+// local arrays are the kernel's, since OpenCL C 1.2 declares local memory
+// only at kernel scope. Forced inline: a C99 `inline` function too big to
+// inline has no external definition.
 inline __attribute__((always_inline)) void
-mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
-         TENSOR(dst), const int fmt, __local int *lw, __local int *la, __local float *ldw,
-         __local float *ldw2, __local float *lds, __local int *scratch) {
+mma_tile_q6_k(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
+              TENSOR(dst), __local int *lw, __local int *la, __local float *ldw,
+              __local float *ldw2, __local float *lds, __local int *scratch) {
     MMA_TILE_COORDS
     const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
     float acc[MMA_MT][MMA_NT][4];
@@ -321,7 +300,8 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const int r = idx / MMA_KB, kb = idx % MMA_KB;
                 if ((!MMA_W_REM || idx < MMA_W_BLOCKS) && kb < nnkb) {
                     const long wr = min(row0 + r, w_ne.s1 - 1);
-                    wq[j] = mma_fetch(AT(w, 0, wr, i02, i03), nb0 + kb, fmt, &wd[j]);
+                    wq[j] = mma_fetch_q6_k(AT(w, 0, wr, i02, i03) + ((nb0 + kb) >> 3) * 210,
+                                           (int)((nb0 + kb) & 7), &wd[j]);
                 }
             }
 #pragma unroll
@@ -360,46 +340,34 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
                 const float4 ds = vload4(0, lds + (kb * MMA_TN + t + 2 * tig) * 2);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    // Q6_K: the halves, chunks 0..3 (a0, a1, b0) and 4..7 (a2, a3, b1).
-                    float4 c, c2;
-                    if (fmt == MMA_Q6_K) {
-                        c = mma_i2f(mma_s8_k16(af[mt].xy, bf.x, scratch));
-                        c2 = mma_i2f(mma_s8_k16(af[mt].zw, bf.y, scratch));
-                    } else {
-                        c = mma_i2f(mma_s8(af[mt], bf, scratch));
-                        c2 = (float4)(0.0f);
-                    }
-                    if (fmt == MMA_Q6_K) {
-                        acc[mt][nt][0] += ds.x * (dw[mt].x * c.x + dw2[mt].x * c2.x);
-                        acc[mt][nt][1] += ds.z * (dw[mt].x * c.y + dw2[mt].x * c2.y);
-                        acc[mt][nt][2] += ds.x * (dw[mt].y * c.z + dw2[mt].y * c2.z);
-                        acc[mt][nt][3] += ds.z * (dw[mt].y * c.w + dw2[mt].y * c2.w);
-                    } else {
-                        acc[mt][nt][0] += dw[mt].x * ds.x * c.x - dw2[mt].x * ds.y;
-                        acc[mt][nt][1] += dw[mt].x * ds.z * c.y - dw2[mt].x * ds.w;
-                        acc[mt][nt][2] += dw[mt].y * ds.x * c.z - dw2[mt].y * ds.y;
-                        acc[mt][nt][3] += dw[mt].y * ds.z * c.w - dw2[mt].y * ds.w;
-                    }
+                    // The halves, chunks 0..3 (a0, a1, b0) and 4..7 (a2, a3, b1).
+                    const float4 c = mma_i2f(mma_s8_k16(af[mt].xy, bf.x, scratch));
+                    const float4 c2 = mma_i2f(mma_s8_k16(af[mt].zw, bf.y, scratch));
+                    acc[mt][nt][0] += ds.x * (dw[mt].x * c.x + dw2[mt].x * c2.x);
+                    acc[mt][nt][1] += ds.z * (dw[mt].x * c.y + dw2[mt].x * c2.y);
+                    acc[mt][nt][2] += ds.x * (dw[mt].y * c.z + dw2[mt].y * c2.z);
+                    acc[mt][nt][3] += ds.z * (dw[mt].y * c.w + dw2[mt].y * c2.w);
                 }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig, i12, i13);
+    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig,
+              i12, i13);
 }
 
-// Raw-staged tiles for Q4_0 and Q8_0: each stage copies the tile's weight
-// rows and tokens into local memory as they lie in global memory (whole
-// blocks, scales included), consecutive work-items taking consecutive
-// words, and the fragments are widened from those bytes in the mma loop.
-// The int8 staging of mma_tile (the K-quants') has each work-item assemble
+// Raw-staged tiles for Q4_0, Q8_0 and Q4_K: each stage copies the tile's
+// weight rows and tokens into local memory as they lie in global memory
+// (whole blocks, Q4_0 / Q8_0 scales included), consecutive work-items taking
+// consecutive words, and the fragments are widened from those bytes in the
+// mma loop. The int8 staging of mma_tile_q6_k has each work-item assemble
 // whole blocks with 2-byte loads, a warp touching 8 rows per load
 // instruction; for Q4_0 that took a third of the kernel on the H200
 // (docs/perf.md step 18). On NVIDIA the copies are cp.async, which needs no
 // registers to carry a stage in flight, so MMA_NBUF - 1 stages are in
-// flight while one computes. Needs 4-byte aligned rows and an even number of
-// blocks per row (the planner checks), so every copied word lies inside one
-// row; 8- and 16-byte copies where the addresses allow.
+// flight while one computes. Needs 4-byte aligned rows and (Q4_0, Q8_0) an
+// even number of blocks per row (the planner checks), so every copied word
+// lies inside one row; 8- and 16-byte copies where the addresses allow.
 #ifndef MMA_NBUF
 #define MMA_NBUF 2
 #endif
@@ -409,6 +377,16 @@ mma_tile(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, lon
 // Words per staged weight row / token.
 #define MMA_RWW_Q4_0 (MMA_RKB_Q4_0 * 18 / 4)
 #define MMA_RWW_Q8_0 (MMA_RKB_Q8_0 * 34 / 4)
+// Q4_K: a stage is half a super-block (4 units, 64 bytes of codes a row);
+// the row's 16-byte head (d, dmin, scales) goes through registers and
+// lands decoded in local memory, two floats per (row, unit). Rows are 18
+// words apart: 8-byte aligned and a fragment load's 8 rows on distinct banks.
+#define MMA_RKB_Q4_K 4
+#define MMA_RWW_Q4_K 18
+#define MMA_RKB(fmt) ((fmt) == MMA_Q4_0 ? MMA_RKB_Q4_0 : (fmt) == MMA_Q8_0 ? MMA_RKB_Q8_0 : MMA_RKB_Q4_K)
+#define MMA_RWW(fmt) ((fmt) == MMA_Q4_0 ? MMA_RWW_Q4_0 : (fmt) == MMA_Q8_0 ? MMA_RWW_Q8_0 : MMA_RWW_Q4_K)
+// Q4_K heads a work-item carries (rows tid, tid + MMA_WG, ...).
+#define MMA_HSLOTS ((MMA_TM + MMA_WG - 1) / MMA_WG)
 
 #ifdef POLYCL_NVIDIA
 // `dst` is a shared-memory address: OpenCL's __local pointers are offsets
@@ -451,12 +429,13 @@ inline int mma_lload_i32_a2(const __local char *p) {
 
 // Copies `n` chunks of `cw` words (of which the first `live`) starting
 // `off` bytes into rows row0.. of `base` (row stride nb1) to `dst`, chunk r
-// at word r * cw, in units of `u` words (1, 2 or 4; a constant at each call:
-// cw, live, off, nb1 and both bases are multiples of it). Rows past `nrows`
-// repeat the last one: computed, never stored.
+// at word r * dstride, in units of `u` words (1, 2 or 4; a constant at each
+// call: cw, dstride, live, off, nb1 and both bases are multiples of it).
+// Rows past `nrows` repeat the last one: computed, never stored.
 inline __attribute__((always_inline)) void
 mma_raw_copy(__local int *dst, const __global char *base, ulong nb1, long nrows, long row0,
-             ulong off, const int n, const int cw, const int live, const int u) {
+             ulong off, const int n, const int cw, const int dstride, const int live,
+             const int u) {
     const int tid = get_local_id(0);
     const int cu = cw / u, liveu = live / u;
     // Unrolled: the compiler keeps each slot's address in registers across
@@ -470,7 +449,7 @@ mma_raw_copy(__local int *dst, const __global char *base, ulong nb1, long nrows,
         if (i < n * cu && k < liveu) {
             const long rr = min(row0 + r, nrows - 1);
             const __global int *src = (const __global int *)(base + rr * nb1 + off) + k * u;
-            __local int *d = dst + r * cw + k * u;
+            __local int *d = dst + r * dstride + k * u;
             if (u == 4)
                 mma_copy16(d, src);
             else if (u == 2)
@@ -483,33 +462,78 @@ mma_raw_copy(__local int *dst, const __global char *base, ulong nb1, long nrows,
 
 // Starts copying stage `st` (its first `nkb` blocks) into `lw` / `la`:
 // weights in 8-byte units and tokens in 16-byte units where every stage is
-// full and the addresses allow (`wide`), else 4-byte units.
+// full and the addresses allow (`wide_*`), else 4-byte units.
 inline __attribute__((always_inline)) void
 mma_raw_issue(const __global char *wbase, ulong w_nb1, long nrows, long row0,
               const __global char *abase, ulong a_nb1, long ntok, long tok0, long st, int nkb,
-              const int bb, const int rkb, const int wide_w, const int wide_a, __local int *lw,
+              const int fmt, const int wide_w, const int wide_a, __local int *lw,
               __local int *la) {
-    const int ww = rkb * bb / 4, aw = rkb * 9;
-    const ulong woff = (ulong)st * rkb * bb, aoff = (ulong)st * rkb * Q8_1_BLOCK;
+    const int rkb = MMA_RKB(fmt), wst = MMA_RWW(fmt), aw = rkb * 9;
+    const int bb = fmt == MMA_Q4_0 ? 18 : 34;
+    // Q4_K: the codes of units 4 (st & 1).. of super-block st / 2.
+    const ulong woff = fmt == MMA_Q4_K ? (ulong)(st >> 1) * 144 + 16 + 64 * (st & 1)
+                                       : (ulong)st * rkb * bb;
+    const int cw = fmt == MMA_Q4_K ? 16 : wst, wlive = fmt == MMA_Q4_K ? 16 : nkb * bb / 4;
+    const ulong aoff = (ulong)st * rkb * Q8_1_BLOCK;
     if (wide_w)
-        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, ww, nkb * bb / 4, 2);
+        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, cw, wst, wlive, 2);
     else
-        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, ww, nkb * bb / 4, 1);
+        mma_raw_copy(lw, wbase, w_nb1, nrows, row0, woff, MMA_TM, cw, wst, wlive, 1);
     if (wide_a)
-        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, nkb * 9, 4);
+        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, aw, nkb * 9, 4);
     else
-        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, nkb * 9, 1);
+        mma_raw_copy(la, abase, a_nb1, ntok, tok0, aoff, MMA_TN, aw, aw, nkb * 9, 1);
 }
 
-// mma_tile with raw staging (Q4_0 / Q8_0 only); `lw` / `la` hold MMA_NBUF
-// stages of MMA_TM rows / MMA_TN tokens.
+// The 16-byte heads (d, dmin, 12 bytes of scales) of super-block sb of the
+// work-item's Q4_K rows, as 4-byte loads (rows are only 4-byte aligned in
+// general).
+inline __attribute__((always_inline)) void
+mma_q4_k_heads(const __global char *wbase, ulong w_nb1, long nrows, long row0, long sb,
+               uint4 head[MMA_HSLOTS]) {
+#pragma unroll
+    for (int j = 0; j < MMA_HSLOTS; ++j) {
+        const int r = j * MMA_WG + get_local_id(0);
+        const long rr = min(row0 + min(r, MMA_TM - 1), nrows - 1);
+        head[j] = vload4(0, (const __global uint *)(wbase + rr * w_nb1 + sb * 144));
+    }
+}
+
+// Half `hi` (units 4 hi..) of those heads decoded into ls: (d * scale) of
+// unit u of row r at ls[u * MMA_TM + r], (dmin * min) at ls[(4 + u) *
+// MMA_TM + r] (get_scale_min_k4 of ggml-quants.c for unit 4 hi + u, whose
+// scale bytes are byte u of words 1..3 of the head).
+inline __attribute__((always_inline)) void mma_q4_k_scales(const uint4 head[MMA_HSLOTS], int hi,
+                                                           __local float *ls) {
+#pragma unroll
+    for (int j = 0; j < MMA_HSLOTS; ++j) {
+        const int r = j * MMA_WG + get_local_id(0);
+        if (MMA_TM % MMA_WG == 0 || r < MMA_TM) {
+            const ushort d16 = (ushort)head[j].x, dmin16 = (ushort)(head[j].x >> 16);
+            const float d = vload_half(0, (const __private half *)&d16);
+            const float dmin = vload_half(0, (const __private half *)&dmin16);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const uint b0 = (head[j].y >> (8 * u)) & 0xFF, b1 = (head[j].z >> (8 * u)) & 0xFF;
+                const uint b2 = (head[j].w >> (8 * u)) & 0xFF;
+                const uint sc = hi ? (b2 & 0xF) | ((b0 >> 6) << 4) : b0 & 63;
+                const uint mn = hi ? (b2 >> 4) | ((b1 >> 6) << 4) : b1 & 63;
+                ls[u * MMA_TM + r] = d * (float)sc;
+                ls[(4 + u) * MMA_TM + r] = dmin * (float)mn;
+            }
+        }
+    }
+}
+
+// An output tile with raw staging (Q4_0, Q8_0, Q4_K); `lw` / `la` hold MMA_NBUF
+// stages of MMA_TM rows / MMA_TN tokens, `ls` (Q4_K only) MMA_NBUF stages
+// of decoded scales (mma_q4_k_scales).
 inline __attribute__((always_inline)) void
 mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb, long4 b_ne,
-             TENSOR(dst), const int fmt, __local int *lw, __local int *la,
+             TENSOR(dst), const int fmt, __local int *lw, __local int *la, __local float *ls,
              __local int *scratch) {
     const int bb = fmt == MMA_Q4_0 ? 18 : 34;
-    const int rkb = fmt == MMA_Q4_0 ? MMA_RKB_Q4_0 : MMA_RKB_Q8_0;
-    const int ww = rkb * bb / 4, aw = rkb * 9;
+    const int rkb = MMA_RKB(fmt), ww = MMA_RWW(fmt), aw = rkb * 9;
     MMA_TILE_COORDS
     const __global char *wbase = w + w_off + i02 * w_nb.s2 + i03 * w_nb.s3;
     const __global char *abase = act + act_off + i12 * act_nb.s2 + i13 * act_nb.s3;
@@ -517,7 +541,8 @@ mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
     mma_zero(acc);
     const long nstages = (nblocks + rkb - 1) / rkb;
     const int full = nblocks % rkb == 0;
-    const int wide_w = full && (rkb * bb) % 8 == 0 && w_nb.s1 % 8 == 0 && (ulong)wbase % 8 == 0;
+    const int wide_w = full && (fmt == MMA_Q4_K || (rkb * bb) % 8 == 0) && w_nb.s1 % 8 == 0 &&
+                       (ulong)wbase % 8 == 0;
     const int wide_a = full && (rkb * Q8_1_BLOCK) % 16 == 0 && act_nb.s1 % 16 == 0 &&
                        (ulong)abase % 16 == 0;
     // MMA_NBUF - 1 stages in flight ahead of the one computed; a group is
@@ -525,33 +550,59 @@ mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
     for (int s = 0; s < MMA_NBUF - 1; ++s) {
         if (s < nstages)
             mma_raw_issue(wbase, w_nb.s1, w_ne.s1, row0, abase, act_nb.s1, b_ne.s1, tok0, s,
-                          (int)min((long)rkb, nblocks - s * rkb), bb, rkb, wide_w, wide_a,
+                          (int)min((long)rkb, nblocks - s * rkb), fmt, wide_w, wide_a,
                           lw + s * MMA_TM * ww, la + s * MMA_TN * aw);
         mma_copy_commit();
     }
+    // Q4_K heads: loaded a stage ahead with the copies, decoded into the
+    // stage's scales before its barrier.
+    uint4 head[MMA_HSLOTS];
+    if (fmt == MMA_Q4_K) mma_q4_k_heads(wbase, w_nb.s1, w_ne.s1, row0, 0, head);
     for (long st = 0; st < nstages; ++st) {
+        const int buf = (int)(st % MMA_NBUF);
+        // The scale buffer was last read by stage st - MMA_NBUF, before a
+        // trailing barrier.
+        if (fmt == MMA_Q4_K) {
+            mma_q4_k_scales(head, (int)(st & 1), ls + buf * 8 * MMA_TM);
+            // A super-block's head serves both of its stages.
+            if ((st & 1) && st + 1 < nstages)
+                mma_q4_k_heads(wbase, w_nb.s1, w_ne.s1, row0, (st + 1) >> 1, head);
+        }
         // Into the buffer the previous iteration computed from (its trailing
         // barrier has passed).
         const long sn = st + MMA_NBUF - 1;
         if (sn < nstages) {
             const int b = (int)(sn % MMA_NBUF);
             mma_raw_issue(wbase, w_nb.s1, w_ne.s1, row0, abase, act_nb.s1, b_ne.s1, tok0, sn,
-                          (int)min((long)rkb, nblocks - sn * rkb), bb, rkb, wide_w, wide_a,
+                          (int)min((long)rkb, nblocks - sn * rkb), fmt, wide_w, wide_a,
                           lw + b * MMA_TM * ww, la + b * MMA_TN * aw);
         }
         mma_copy_commit();
         mma_copy_wait();
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int buf = (int)(st % MMA_NBUF);
         const __local char *wl = (const __local char *)(lw + buf * MMA_TM * ww);
         const __local char *al = (const __local char *)(la + buf * MMA_TN * aw);
         const int nkb = (int)min((long)rkb, nblocks - st * rkb);
+        const __local float *lsb = ls + buf * 8 * MMA_TM;
         for (int kb = 0; kb < nkb; ++kb) {
             int4 af[MMA_MT];
-            float2 dw[MMA_MT];
+            float2 dw[MMA_MT], dw2[MMA_MT];
 #pragma unroll
             for (int mt = 0; mt < MMA_MT; ++mt) {
-                const __local char *p0 = wl + (wm + mt * 16 + g) * ww * 4 + kb * bb;
+                const int r = wm + mt * 16 + g;
+                if (fmt == MMA_Q4_K) {
+                    // Unit kb's codes: nibble kb & 1 of bytes 32 (kb / 2)..;
+                    // k = 4 tig.. then k = 16 + 4 tig..
+                    const __local int *p0 = (const __local int *)(wl + r * ww * 4 + 32 * (kb >> 1));
+                    const __local int *p1 = p0 + 8 * ww;
+                    const int sh = 4 * (kb & 1), m = 0x0F0F0F0F;
+                    af[mt] = (int4)((p0[tig] >> sh) & m, (p1[tig] >> sh) & m,
+                                    (p0[4 + tig] >> sh) & m, (p1[4 + tig] >> sh) & m);
+                    dw[mt] = (float2)(lsb[kb * MMA_TM + r], lsb[kb * MMA_TM + r + 8]);
+                    dw2[mt] = (float2)(lsb[(4 + kb) * MMA_TM + r], lsb[(4 + kb) * MMA_TM + r + 8]);
+                    continue;
+                }
+                const __local char *p0 = wl + r * ww * 4 + kb * bb;
                 const __local char *p1 = p0 + 8 * ww * 4;
                 dw[mt] = (float2)(vload_half(0, (const __local half *)p0),
                                   vload_half(0, (const __local half *)p1));
@@ -586,6 +637,11 @@ mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
                         acc[mt][nt][1] += dw[mt].x * (ds.z * c.y - 8.0f * ds.w);
                         acc[mt][nt][2] += dw[mt].y * (ds.x * c.z - 8.0f * ds.y);
                         acc[mt][nt][3] += dw[mt].y * (ds.z * c.w - 8.0f * ds.w);
+                    } else if (fmt == MMA_Q4_K) {
+                        acc[mt][nt][0] += dw[mt].x * ds.x * c.x - dw2[mt].x * ds.y;
+                        acc[mt][nt][1] += dw[mt].x * ds.z * c.y - dw2[mt].x * ds.w;
+                        acc[mt][nt][2] += dw[mt].y * ds.x * c.z - dw2[mt].y * ds.y;
+                        acc[mt][nt][3] += dw[mt].y * ds.z * c.w - dw2[mt].y * ds.w;
                     } else {
                         acc[mt][nt][0] += dw[mt].x * ds.x * c.x;
                         acc[mt][nt][1] += dw[mt].x * ds.z * c.y;
@@ -597,38 +653,41 @@ mma_tile_raw(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig, i12, i13);
+    mma_store(acc, dst, dst_off, dst_ne, dst_nb, w_ne.s1, b_ne.s1, row0 + wm, tok0 + wn, g, tig,
+              i12, i13);
 }
 
-// The K-quant tiles' local memory: weights staged as int8 rows, activations
+// The Q6_K tile's local memory: weights staged as int8 rows, activations
 // likewise, the two floats per (row, unit), and (da, sa) pairs so that a
 // lane's two adjacent tokens are one 16-byte load.
-#define MMA_KERNEL(NAME, FMT)                                                                 \
-    kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,      \
-                     long4 b_ne, TENSOR(dst)) {                                               \
-        __local int lw[MMA_TM * MMA_S];                                                       \
-        __local int la[MMA_TN * MMA_S];                                                       \
-        __local float ldw[MMA_KB * MMA_TM];                                                   \
-        __local float ldw2[MMA_KB * MMA_TM];                                                  \
-        __local float lds[MMA_KB * MMA_TN * 2];                                               \
-        MMA_SCRATCH                                                                           \
-        mma_tile(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne,      \
-                 dst_nb, FMT, lw, la, ldw, ldw2, lds, MMA_SCRATCH_PTR);                       \
-    }
+kernel void kernel_mul_mm_mma_q6_k(CTENSOR(w), __global const char *act, ulong act_off,
+                                   ulong4 act_nb, long4 b_ne, TENSOR(dst)) {
+    __local int lw[MMA_TM * MMA_S];
+    __local int la[MMA_TN * MMA_S];
+    __local float ldw[MMA_KB * MMA_TM];
+    __local float ldw2[MMA_KB * MMA_TM];
+    __local float lds[MMA_KB * MMA_TN * 2];
+    MMA_SCRATCH
+    mma_tile_q6_k(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne, dst_nb,
+                  lw, la, ldw, ldw2, lds, MMA_SCRATCH_PTR);
+}
 
 // The raw tiles' local memory: MMA_NBUF stages of weight rows and tokens
 // as they lie in global memory; int4, so 16-byte aligned for the copies.
-#define MMA_RAW_KERNEL(NAME, FMT, RWW, RKB)                                                   \
+// Q4_K adds its decoded scales (LS); the others pass lw in their place,
+// never touched.
+#define MMA_RAW_KERNEL(NAME, FMT, LS_DECL, LS)                                                \
     kernel void NAME(CTENSOR(w), __global const char *act, ulong act_off, ulong4 act_nb,      \
                      long4 b_ne, TENSOR(dst)) {                                               \
-        __local int4 lw[(MMA_NBUF * MMA_TM * RWW + 3) / 4];                                   \
-        __local int4 la[(MMA_NBUF * MMA_TN * RKB * 9 + 3) / 4];                               \
+        __local int4 lw[(MMA_NBUF * MMA_TM * MMA_RWW(FMT) + 3) / 4];                          \
+        __local int4 la[(MMA_NBUF * MMA_TN * MMA_RKB(FMT) * 9 + 3) / 4];                      \
+        LS_DECL                                                                               \
         MMA_SCRATCH                                                                           \
         mma_tile_raw(w, w_off, w_ne, w_nb, act, act_off, act_nb, b_ne, dst, dst_off, dst_ne,  \
-                     dst_nb, FMT, (__local int *)lw, (__local int *)la, MMA_SCRATCH_PTR);     \
+                     dst_nb, FMT, (__local int *)lw, (__local int *)la, (__local float *)LS,  \
+                     MMA_SCRATCH_PTR);                                                        \
     }
 
-MMA_RAW_KERNEL(kernel_mul_mm_mma_q4_0, MMA_Q4_0, MMA_RWW_Q4_0, MMA_RKB_Q4_0)
-MMA_RAW_KERNEL(kernel_mul_mm_mma_q8_0, MMA_Q8_0, MMA_RWW_Q8_0, MMA_RKB_Q8_0)
-MMA_KERNEL(kernel_mul_mm_mma_q4_k, MMA_Q4_K)
-MMA_KERNEL(kernel_mul_mm_mma_q6_k, MMA_Q6_K)
+MMA_RAW_KERNEL(kernel_mul_mm_mma_q4_0, MMA_Q4_0, , lw)
+MMA_RAW_KERNEL(kernel_mul_mm_mma_q8_0, MMA_Q8_0, , lw)
+MMA_RAW_KERNEL(kernel_mul_mm_mma_q4_k, MMA_Q4_K, __local float ls[MMA_NBUF * 8 * MMA_TM];, ls)
