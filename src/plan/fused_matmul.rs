@@ -18,6 +18,8 @@ const MV_ROWS: usize = 4;
 const MV_LANES: usize = 32;
 /// Row groups a work-group of the GLU kernel (GLU_WARPS).
 const GLU_WARPS: usize = 8;
+/// Rows a work-group of the GLU kernel (GLU_ROWS): whole Q8_1 blocks.
+const GLU_ROWS: usize = 32;
 
 pub(super) fn suffix(b: &Binder, w: Value, n: &Node) -> Result<&'static str> {
     match b.graph.ty(w).dtype {
@@ -171,7 +173,7 @@ pub fn lower_glu(
         None
     };
     let (q8_mem, q8_off) = q8.map_or((dglu.mem, 0), |t| (t.mem, t.offset));
-    let per_group = GLU_WARPS * MV_ROWS;
+    let per_group = GLU_ROWS;
     out.push(grid(
         b,
         "mul_mv",
