@@ -4,9 +4,11 @@
 //! launch), so a single token fills the device: `kernel_fa_vec` (warps own
 //! whole K/V rows) for F16 K/V with 8-byte aligned rows, `kernel_fa_split`
 //! otherwise; for more queries (a prompt)
-//! the tiled kernel of `fa_tile.cl`, whose work-groups share each staged K/V
-//! tile among many query rows. Elsewhere (PoCL by default) the portable,
-//! CPU-exact kernel runs.
+//! a tiled kernel, whose work-groups share each staged K/V tile among many
+//! query rows: the tensor-core tile of `fa_mma.cl` where the mma kernels are
+//! wanted and the shapes allow (`mma_applies`), else the float tile of
+//! `fa_tile.cl`. Elsewhere (PoCL by default) the portable, CPU-exact kernel
+//! runs.
 
 use super::lower::grid;
 use super::Binder;
@@ -209,6 +211,28 @@ fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bo
     rows_ok(tk, k) && rows_ok(tv, v)
 }
 
+/// Whether the tensor-core tile (`fa_mma.cl`) takes the node: where the
+/// mma kernels are wanted, for head sizes 64 and 128 (DK = DV), Q rows of
+/// contiguous floats 8-byte aligned (two a load), K and V rows of contiguous
+/// halves 4-byte aligned (two a load), an F16 mask or none.
+fn mma_applies(b: &Binder, fa: &FaArgs) -> bool {
+    let [q, k, v, mask, _] = &fa.ops;
+    let aligned = |o: &Operand, a: u64| {
+        o.offset.is_multiple_of(a) && o.nb[1..].iter().all(|s| s.is_multiple_of(a))
+    };
+    super::mul_mv::mma_wanted(&b.device)
+        && matches!(q.ne[0], 64 | 128)
+        && k.ne[0] == q.ne[0]
+        && v.ne[0] == q.ne[0]
+        && q.nb[0] == 4
+        && aligned(q, 8)
+        && k.nb[0] == 2
+        && v.nb[0] == 2
+        && aligned(k, 4)
+        && aligned(v, 4)
+        && (!fa.has_mask || mask.nb[0] == 2)
+}
+
 /// Pushes the tiled launch for GPUs (any query count the split kernel did
 /// not take, which is the prompt shape, or the decode shape when the plan has
 /// no scratch); false leaves the node to the portable kernel.
@@ -223,11 +247,20 @@ pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>)
     }
     let [q, k, v, _, dst] = fa.ops;
     let d = q.ne[0].max(v.ne[0]);
-    // (name, query rows per group, work-items): the kernel's own tiling.
-    let (name, rows, wg) = match d {
-        1..=128 => ("kernel_fa_tile_d128", 32, 128),
-        129..=256 => ("kernel_fa_tile_d256", 16, 64),
-        _ => return Ok(false),
+    // (program, name, query rows per group, work-items): the kernel's own tiling.
+    let (program, name, rows, wg) = if mma_applies(b, fa) {
+        let name = if d == 64 {
+            "kernel_fa_mma_d64"
+        } else {
+            "kernel_fa_mma_d128"
+        };
+        ("fa_mma", name, 64, 128)
+    } else {
+        match d {
+            1..=128 => ("fa_tile", "kernel_fa_tile_d128", 32, 128),
+            129..=256 => ("fa_tile", "kernel_fa_tile_d256", 16, 64),
+            _ => return Ok(false),
+        }
     };
     // The kernel maps KV heads as h / (n_head / n_head_kv).
     if k.ne[2] <= 0 || q.ne[2] % k.ne[2] != 0 || q.ne[1] <= 0 {
@@ -237,7 +270,7 @@ pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>)
     let heads = (q.ne[2] * q.ne[3]) as usize;
     out.push(grid(
         b,
-        "fa_tile",
+        program,
         name,
         [wg, groups, heads],
         Some([wg, 1, 1]),

@@ -36,9 +36,10 @@ fn mm_tile(name: &str, w: &Operand, x: &Operand) -> MatmulKernel {
     }
 }
 
-/// Whether prompt-size quantized matmuls on `device` use the tensor-core
-/// kernels: where `mma.sync` exists unless `POLYCL_MMA` says otherwise.
-fn mma_wanted(device: &Device) -> bool {
+/// Whether prompt-size quantized matmuls and flash attention on `device` use
+/// the tensor-core kernels: where `mma.sync` exists unless `POLYCL_MMA` says
+/// otherwise.
+pub fn mma_wanted(device: &Device) -> bool {
     config::get().mma.unwrap_or(device.is_nvidia)
 }
 

@@ -51,6 +51,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
     ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
     ("fa_tile", &[COMMON, include_str!("kernels/fa_tile.cl")]),
+    ("fa_mma", &[COMMON, include_str!("kernels/fa_mma.cl")]),
     (
         "fused_norm",
         &[COMMON, include_str!("kernels/fused_norm.cl")],

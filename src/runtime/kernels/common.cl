@@ -74,6 +74,13 @@ inline void store_f16(__global char *p, float v) { vstore_half_rte(v, 0, (__glob
 inline float load_f32(const __global char *p) { return *(const __global float *)p; }
 inline void store_f32(__global char *p, float v) { *(__global float *)p = v; }
 
+// ALiBi slope of head h (ggml's soft_max / flash_attn_ext: m0^(h+1) for the
+// first n_head_log2 heads, m1^(2(h - n_head_log2) + 1) after), 1 without.
+inline float alibi_slope(uint h, float max_bias, float m0, float m1, uint n_head_log2) {
+    if (max_bias <= 0.0f) return 1.0f;
+    return h < n_head_log2 ? pow(m0, (float)(h + 1)) : pow(m1, (float)(2 * (h - n_head_log2) + 1));
+}
+
 // The value v takes after a round trip through IEEE half (round to nearest even),
 // which is what ggml's CPU backend does wherever it converts activations to F16.
 inline float round_f16(float v) {

@@ -28,11 +28,6 @@
 #define FA_QK8_1 32
 #define FA_Q8_1_BYTES 36
 
-inline float fa_slope(uint h, float max_bias, float m0, float m1, uint n_head_log2) {
-    if (max_bias <= 0.0f) return 1.0f;
-    return h < n_head_log2 ? pow(m0, (float)(h + 1)) : pow(m1, (float)(2 * (h - n_head_log2) + 1));
-}
-
 inline float fa_group_max(float v, __local float *red) {
     const int l = get_local_id(0);
     red[l] = v;
@@ -143,7 +138,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     const long hk = h / (q_ne.s2 / k_ne.s2);                                                \
     const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;                                  \
     const long row = hz * q_ne.s1 + iq;                                                     \
-    const float slope = fa_slope((uint)h, max_bias, m0, m1, n_head_log2);
+    const float slope = alibi_slope((uint)h, max_bias, m0, m1, n_head_log2);
 
 // This group's partial softmax state: M and S written (by work-item 0), the
 // returned DV floats of the accumulator for the caller to fill.

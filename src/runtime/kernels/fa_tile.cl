@@ -44,11 +44,6 @@
 
 #define TARGS(t) t, t##_off, t##_ne, t##_nb
 
-inline float ft_slope(uint h, float max_bias, float m0, float m1, uint n_head_log2) {
-    if (max_bias <= 0.0f) return 1.0f;
-    return h < n_head_log2 ? pow(m0, (float)(h + 1)) : pow(m1, (float)(2 * (h - n_head_log2) + 1));
-}
-
 // Four F16 elements d..d+3 of a row with element stride nb0; zeros past n.
 inline float4 ft_load_h4(const __global char *row, ulong nb0, int d, int n) {
     if (nb0 == 2 && d + 3 < n) {
@@ -126,7 +121,7 @@ inline void ft_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_m
     const int DK = (int)q_ne.s0, DV = (int)v_ne.s0;
     const long n_q = q_ne.s1, n_kv = k_ne.s1;
     const int DK4 = (DK + 3) / 4, DV4 = (DV + 3) / 4;
-    const float slope = ft_slope((uint)h, max_bias, m0, m1, n_head_log2);
+    const float slope = alibi_slope((uint)h, max_bias, m0, m1, n_head_log2);
 
     for (int i = t; i < BQ * DK4; i += WG) {
         const int r = i / DK4, f = i - r * DK4;
