@@ -67,7 +67,7 @@
 // computes the same stride for its local memory check.
 #define MMA_S (MMA_KB * 8 + (MMA_KB == 1 ? 0 : 8))
 
-// Inside a staged K-quant unit the eight 4-byte K chunks are stored in the order
+// Inside a staged Q6_K unit the eight 4-byte K chunks are stored in the order
 // 0,4,1,5,2,6,3,7: the chunks lane tig needs (tig and 4 + tig, i.e. k bytes
 // tig*4.. and 16+tig*4..) are then adjacent and one 64-bit load. Weights and
 // activations use the same order, so each dot product is unchanged.
