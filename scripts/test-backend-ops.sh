@@ -36,12 +36,23 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     op=${run%%:*} kind=${run#*:}
     filter=()
     [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(3|32|75),")
+    # The mma runs must reach the tensor-core kernels, not only pass through
+    # their fallbacks: the plan log (POLYCL_LOG) names every launch.
+    case $run in
+      MUL_MAT:mma) want="kernel_mul_mm_mma_q4_0 kernel_mul_mm_mma_q8_0 kernel_mul_mm_mma_q4_k kernel_mul_mm_mma_q6_k" ;;
+      FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128" ;;
+      *) want="" ;;
+    esac
     log=$(mktemp); rc=0
     POLYCL_FAST_KERNELS=1 POLYCL_MMA=$([[ $kind == mma ]] && echo 1 || echo 0) \
+      POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
-    printf '%-16s %s\n' "$op ($kind)" "${line:-no tests run}"
-    if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
+    missing=""
+    for k in $want; do grep -q "$k" "$log" || missing="$missing $k"; done
+    printf '%-16s %s\n' "$op ($kind)" "${line:-no tests run}${missing:+; never launched:$missing}"
+    if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || [[ -n "$missing" ]] ||
+      ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
       failed_ops+=("$op($kind)"); total_fail=$((total_fail+1))
       grep -E 'FAIL' "$log" | head -20 || true
     else
