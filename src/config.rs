@@ -10,7 +10,7 @@
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
 //! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default `matmul_norm`: it measured slower on the H200, docs/perf.md step 13; empty runs every pass) |
-//! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls and flash attention (head sizes 64 and 128) with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices that run the fast kernels, off elsewhere |
+//! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls and flash attention (head sizes 64 and 128) with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices of compute capability 8.0 or later (`mma.sync` m16n8k32 and `cp.async`), off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
@@ -40,7 +40,7 @@ pub struct Config {
     /// Fusion passes not to run (`POLYCL_FUSE_SKIP`).
     pub fuse_skip: Vec<String>,
     /// Tensor-core prompt matmuls and attention (`POLYCL_MMA`); None: on
-    /// NVIDIA only.
+    /// NVIDIA sm_80 and later (`Device::has_mma`).
     pub mma: Option<bool>,
     /// Launches between queue flushes in a graph compute (`POLYCL_FLUSH_EVERY`).
     pub flush_every: usize,

@@ -37,10 +37,10 @@ fn mm_tile(name: &str, w: &Operand, x: &Operand) -> MatmulKernel {
 }
 
 /// Whether prompt-size quantized matmuls and flash attention on `device` use
-/// the tensor-core kernels: where `mma.sync` exists unless `POLYCL_MMA` says
-/// otherwise.
+/// the tensor-core kernels: where `mma.sync` and `cp.async` exist (NVIDIA
+/// sm_80 and later) unless `POLYCL_MMA` says otherwise.
 pub fn mma_wanted(device: &Device) -> bool {
-    config::get().mma.unwrap_or(device.is_nvidia)
+    config::get().mma.unwrap_or(device.has_mma())
 }
 
 /// Whether the raw-staged mma tiles (Q4_0, Q8_0, Q4_K) can copy `w` in 4-byte

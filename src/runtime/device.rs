@@ -22,6 +22,10 @@ pub struct Device {
     pub vendor: String,
     pub is_gpu: bool,
     pub is_nvidia: bool,
+    /// NVIDIA compute capability as major * 10 + minor, from
+    /// cl_nv_device_attribute_query; None elsewhere or where the driver does
+    /// not report it.
+    pub nv_sm: Option<u32>,
     pub global_mem: usize,
     pub max_alloc: usize,
     pub cl: ClDevice,
@@ -52,6 +56,25 @@ impl Device {
     pub fn mark_failed(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Whether programs get NVIDIA's inline PTX (`-DPOLYCL_NVIDIA`): its
+    /// dp4a needs sm_61; older NVIDIA GPUs run the portable fallbacks.
+    pub fn nvidia_ptx(&self) -> bool {
+        nv_at_least(self.is_nvidia, self.nv_sm, 61)
+    }
+
+    /// Whether the tensor-core kernels build here: `mma.sync` m16n8k32 (s8)
+    /// and m16n8k16 (f16) and `cp.async` need sm_80.
+    pub fn has_mma(&self) -> bool {
+        nv_at_least(self.is_nvidia, self.nv_sm, 80)
+    }
+}
+
+/// Whether an NVIDIA device of compute capability `sm` runs PTX that needs
+/// `min`; a driver that does not report its capability is taken to be recent
+/// (every NVIDIA OpenCL driver of the last decade reports it).
+fn nv_at_least(is_nvidia: bool, sm: Option<u32>, min: u32) -> bool {
+    is_nvidia && sm.is_none_or(|sm| sm >= min)
 }
 
 static DEVICES: OnceLock<std::result::Result<Vec<Arc<Device>>, Error>> = OnceLock::new();
@@ -168,11 +191,24 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         let dev_type = d.dev_type().unwrap_or(0);
         let vendor = d.vendor().unwrap_or_default();
         let name = d.name().unwrap_or_default();
+        let is_nvidia = vendor.to_ascii_lowercase().contains("nvidia");
+        let nv_sm = if is_nvidia {
+            match (
+                d.compute_capability_major_nv(),
+                d.compute_capability_minor_nv(),
+            ) {
+                (Ok(major), Ok(minor)) => Some(major * 10 + minor),
+                _ => None,
+            }
+        } else {
+            None
+        };
         let dev = Device {
             index,
             name: format!("POLYCL{index}"),
             description: name.trim().to_string(),
-            is_nvidia: vendor.to_ascii_lowercase().contains("nvidia"),
+            is_nvidia,
+            nv_sm,
             vendor,
             is_gpu: dev_type & CL_DEVICE_TYPE_GPU != 0,
             global_mem: d.global_mem_size().unwrap_or(0) as usize,
@@ -201,4 +237,23 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         out.push(Arc::new(dev));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nv_at_least;
+
+    #[test]
+    fn ptx_features_follow_the_compute_capability() {
+        // dp4a (sm_61) and mma.sync / cp.async (sm_80).
+        assert!(nv_at_least(true, Some(90), 80));
+        assert!(nv_at_least(true, Some(80), 80));
+        assert!(!nv_at_least(true, Some(75), 80));
+        assert!(nv_at_least(true, Some(75), 61));
+        assert!(!nv_at_least(true, Some(52), 61));
+        // Unreported: taken to be recent; never for other vendors.
+        assert!(nv_at_least(true, None, 80));
+        assert!(!nv_at_least(false, None, 61));
+        assert!(!nv_at_least(false, Some(90), 61));
+    }
 }

@@ -130,7 +130,7 @@ pub fn build_source_with(
     } else {
         String::new()
     };
-    let options = if device.is_nvidia {
+    let options = if device.nvidia_ptx() {
         format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} -DPOLYCL_NVIDIA=1 {extra}")
     } else {
         format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} {extra}")
