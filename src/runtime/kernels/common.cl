@@ -81,6 +81,13 @@ inline float alibi_slope(uint h, float max_bias, float m0, float m1, uint n_head
     return h < n_head_log2 ? pow(m0, (float)(h + 1)) : pow(m1, (float)(2 * (h - n_head_log2) + 1));
 }
 
+// Four packed bytes (a weight block's codes, which ggml's 18- and 34-byte
+// blocks leave 2-byte aligned) from a 2-byte aligned address.
+inline int load_i32_a2(const __global char *p) {
+    const ushort2 u = vload2(0, (const __global ushort *)p);
+    return (int)u.x | ((int)u.y << 16);
+}
+
 // The value v takes after a round trip through IEEE half (round to nearest even),
 // which is what ggml's CPU backend does wherever it converts activations to F16.
 inline float round_f16(float v) {

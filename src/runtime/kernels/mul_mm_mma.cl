@@ -160,12 +160,6 @@ inline float4 mma_i2f(int4 c) {
     return as_float4(c + 0x4B400000) - 12582912.0f;
 }
 
-// Four packed bytes from a 2-byte aligned address.
-inline int mma_load_i32_a2(const __global char *p) {
-    const ushort2 u = vload2(0, (const __global ushort *)p);
-    return (int)u.x | ((int)u.y << 16);
-}
-
 // Q6_K unit g of the super-block at sb (mm_stage_q6_k in mul_mv.cl): codes
 // minus 32 as signed bytes, d * scale of each 16-element half in *dd. Blocks
 // are 210 bytes, so only 2-byte loads are aligned.
@@ -177,8 +171,8 @@ inline int8 mma_fetch_q6_k(const __global char *sb, int g, float2 *dd) {
     int c[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const int lo = (mma_load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
-        const int hi = (mma_load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
+        const int lo = (load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
+        const int hi = (load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
         c[i] = as_int(as_char4(lo | (hi << 4)) - (char4)(32));
     }
     *dd = vload_half(0, (const __global half *)(sb + 208)) *
@@ -421,7 +415,8 @@ inline void mma_copy_commit(void) {}
 inline void mma_copy_wait(void) {}
 #endif
 
-// Four bytes from a 2-byte aligned local address.
+// Four bytes from a 2-byte aligned local address (load_i32_a2 of common.cl
+// for local memory; OpenCL C 1.2 has no generic address space).
 inline int mma_lload_i32_a2(const __local char *p) {
     const ushort2 u = vload2(0, (const __local ushort *)p);
     return (int)u.x | ((int)u.y << 16);

@@ -37,12 +37,6 @@ inline int dot4(int a, int b, int c) {
 }
 #endif
 
-// Four packed bytes from a 2-byte aligned address.
-inline int load_i32_a2(const __global char *p) {
-    const ushort2 u = vload2(0, (const __global ushort *)p);
-    return (int)u.x | ((int)u.y << 16);
-}
-
 // The common frame: which row, which activation row, and where to write.
 #define MV_PROLOGUE                                                                   \
     const int lane = get_local_id(0) % MV_LANES;                                      \
