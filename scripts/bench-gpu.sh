@@ -120,7 +120,8 @@ profile() { # polycl alone: decode with fusions off, on, and on but the newest; 
   echo "== POLYCL_FUSE=0 (7b-q4_0)"
   POLYCL_FUSE=0 GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 \
     -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
-  # The newest fusion (docs/perf.md step 13) skipped and not, alternating, on both model sizes.
+  # The newest fusion (matmul_norm, docs/perf.md step 21) skipped and not, alternating, on both
+  # model sizes.
   for mm in m7-q4_0 m1-q4_0; do
     for skip in matmul_norm none matmul_norm none; do
       echo "== $mm POLYCL_FUSE_SKIP=$skip"

@@ -9,7 +9,7 @@
 //! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
-//! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default `matmul_norm`: it measured slower on the H200, docs/perf.md step 13; empty runs every pass) |
+//! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default empty: every pass runs) |
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls and flash attention (head sizes 64 and 128) with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices of compute capability 8.0 or later (`mma.sync` m16n8k32 and `cp.async`), off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
@@ -186,7 +186,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         plan_cache_size: 64,
         q8_cache: 1,
         fuse: true,
-        fuse_skip: vec!["matmul_norm".to_string()],
+        fuse_skip: Vec::new(),
         flush_every: 16,
         mv_unroll: 4,
         step_groups_per_cu: 4,
@@ -538,7 +538,7 @@ mod tests {
 
     #[test]
     fn fuse_skip_names_passes() {
-        assert_eq!(with(&[]).fuse_skip, ["matmul_norm"]);
+        assert!(with(&[]).fuse_skip.is_empty());
         assert!(with(&[("POLYCL_FUSE_SKIP", "")]).fuse_skip.is_empty());
         let c = with(&[("POLYCL_FUSE_SKIP", "matmul_norm, group_rope")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);

@@ -278,3 +278,63 @@ fn members_with_several_outputs_and_views_between_them() {
         .expect("view kept");
     assert_eq!(g.nodes[view].inputs, vec![Value::new(f, 1)]);
 }
+
+/// o = w x; sum = o + res; the norm of sum times its weight, read by a gate
+/// and up pair (one MulMatGlu after fusing); `hidden`: neither the normed
+/// row nor normed * weight is a result (the ggml decoder's use counts).
+/// `extra`: normed * weight is also read by a Scale.
+fn matvec_norm_graph(hidden: bool, extra: bool) -> Graph {
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let res = b.param(F32, [E, 1, 1, 1]);
+    let w = b.param(Q4_0, [E, E, 1, 1]);
+    let o = b.node(Op::MulMat, vec![w, x], F32, [E, 1, 1, 1]);
+    let sum = b.node(Op::Binary(BinaryOp::Add), vec![o, res], F32, [E, 1, 1, 1]);
+    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![sum], F32, [E, 1, 1, 1]);
+    let nw = b.param(F32, [E, 1, 1, 1]);
+    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
+    let wg = b.param(Q4_0, [E, 512, 1, 1]);
+    let g = b.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
+    let wu = b.param(Q4_0, [E, 512, 1, 1]);
+    let u = b.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
+    let glu = Op::Glu {
+        kind: GluKind::Swiglu,
+        swapped: false,
+    };
+    b.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
+    if extra {
+        let scale = Op::Scale {
+            scale: 2.0,
+            bias: 0.0,
+        };
+        b.node(scale, vec![m], F32, [E, 1, 1, 1]);
+    }
+    // The residual stream goes on.
+    b.node(Op::Binary(BinaryOp::Add), vec![sum, res], F32, [E, 1, 1, 1]);
+    if hidden {
+        b.g.results.retain(|v| *v != n && *v != m);
+    }
+    b.g
+}
+
+#[test]
+fn matvec_add_norm_fuses_only_where_fused_matmuls_alone_read_the_norm() {
+    let mut g = matvec_norm_graph(true, false);
+    let f = fuse::run(&mut g);
+    assert_eq!((f.rms_norm, f.matmul_glu, f.matmul_norm), (1, 1, 1));
+    assert_eq!(g.count("MulMatAddRmsNorm"), 1);
+    assert_eq!(g.count("MulMat") + g.count("FusedAddRmsNorm"), 0);
+    // The GLU reads the fused node's normed * weight port.
+    let mm = (0..g.nodes.len())
+        .find(|&i| matches!(g.nodes[i].op, Op::MulMatAddNorm { .. }))
+        .unwrap();
+    let glu = g.users(Value::new(mm, 1));
+    assert_eq!(glu.len(), 1);
+    assert_eq!(g.nodes[glu[0]].op.kind(), "MulMatGlu");
+    // The host may read the norm, or another op reads it as floats: no fusion.
+    assert_eq!(
+        fuse::run(&mut matvec_norm_graph(false, false)).matmul_norm,
+        0
+    );
+    assert_eq!(fuse::run(&mut matvec_norm_graph(true, true)).matmul_norm, 0);
+}

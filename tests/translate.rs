@@ -177,3 +177,97 @@ fn unsupported_types_and_ops_are_refused_not_translated() {
     // SAFETY: sc is live.
     assert!(unsafe { GgmlGraph::single(sc) }.is_err());
 }
+
+/// ggml's visited hash set and use counts for `nodes` (ggml_visit_parents:
+/// linear probing on the pointer >> 4, a use per src slot), plus `outside`
+/// uses of node `k` by readers not in the graph.
+struct UseCounts {
+    used: Vec<u32>,
+    keys: Vec<*mut ggml_tensor>,
+    counts: Vec<i32>,
+}
+
+impl UseCounts {
+    fn new(nodes: &[*mut ggml_tensor], outside: &[(usize, i32)]) -> UseCounts {
+        let size = 4 * nodes.len() * (GGML_MAX_SRC + 1) + 1;
+        let mut u = UseCounts {
+            used: vec![0; size.div_ceil(32)],
+            keys: vec![std::ptr::null_mut(); size],
+            counts: vec![0; size],
+        };
+        for &t in nodes {
+            u.slot(t);
+            // SAFETY: t is a live tensor made by `tensor`.
+            for &s in unsafe { &(*t).src }.iter().filter(|s| !s.is_null()) {
+                let i = u.slot(s);
+                u.counts[i] += 1;
+            }
+        }
+        for &(k, n) in outside {
+            let i = u.slot(nodes[k]);
+            u.counts[i] += n;
+        }
+        u
+    }
+    fn slot(&mut self, t: *mut ggml_tensor) -> usize {
+        let size = self.keys.len();
+        let mut i = (t as usize >> 4) % size;
+        while self.used[i >> 5] & (1 << (i & 31)) != 0 && self.keys[i] != t {
+            i = (i + 1) % size;
+        }
+        self.used[i >> 5] |= 1 << (i & 31);
+        self.keys[i] = t;
+        i
+    }
+    fn attach(&mut self, g: &mut ggml_cgraph) {
+        g.use_counts = self.counts.as_mut_ptr();
+        g.visited_hash_set = ggml_hash_set {
+            size: self.keys.len(),
+            used: self.used.as_mut_ptr(),
+            keys: self.keys.as_mut_ptr(),
+        };
+    }
+}
+
+/// The results line of the prologue's IR dump with ggml's use counts.
+fn prologue_results(outside: &[(usize, i32)], output_flag: Option<usize>) -> String {
+    let mut nodes = llama_prologue();
+    // Reshapes, views and set_rows are views in ggml (view_src set).
+    // SAFETY: the tensors are live; srcs as built by llama_prologue.
+    unsafe {
+        (*nodes[3]).view_src = nodes[2];
+        (*nodes[5]).view_src = nodes[4];
+        (*nodes[6]).view_src = (*nodes[6]).src[2];
+        if let Some(k) = output_flag {
+            (*nodes[k]).flags |= TENSOR_FLAG_OUTPUT;
+        }
+    }
+    let mut uses = UseCounts::new(&nodes, outside);
+    let mut g = graph(&mut nodes);
+    uses.attach(&mut g);
+    // SAFETY: g, its tensors and the hash set are alive for the call.
+    let dec = unsafe { GgmlGraph::new(&g, Memory::Metadata) }.unwrap();
+    let ir = frontend::translate(&dec).unwrap();
+    dump(&ir)
+        .lines()
+        .find(|l| l.starts_with("results:"))
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn nodes_only_this_graph_reads_are_not_results() {
+    // norm, attn_norm, Qcur and its rope: read once, by nodes here.
+    assert_eq!(prologue_results(&[], None), "results: %6:0, %9:0, %12:0");
+    // attn_norm read by a node of another split too; rope flagged OUTPUT.
+    assert_eq!(
+        prologue_results(&[(1, 1)], Some(4)),
+        "results: %3:0, %6:0, %8:0, %9:0, %12:0"
+    );
+    // Without use counts (a hand-made graph), every node is a result.
+    let mut nodes = llama_prologue();
+    let g = graph(&mut nodes);
+    // SAFETY: as above.
+    let dec = unsafe { GgmlGraph::new(&g, Memory::Metadata) }.unwrap();
+    assert_eq!(dec.results().len(), 7);
+}

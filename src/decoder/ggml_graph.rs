@@ -1,16 +1,71 @@
 //! Decoder over a live ggml cgraph. Reads the mirror structs only; nodes
 //! without GGML_TENSOR_FLAG_COMPUTE, empty nodes and NONE nodes are skipped as
 //! every in-tree backend does.
+//!
+//! Every node is a result (the host may read it after the compute) except
+//! those ggml itself would let a backend fuse away (`ggml_node_has_n_uses`):
+//! every use ggml counted when it built the graph is a src of a node here,
+//! and the node is not flagged OUTPUT, not a view and not the last node.
+//! The graph handed over is often a view of a larger one (one split of the
+//! scheduler's), whose use counts it shares, so a reader in another split
+//! keeps the node a result.
 
 use super::{Decoder, NodeDesc, SingleNode, Source, TensorDesc};
 use crate::error::{Error, Result};
-use crate::ggml::abi::{ggml_cgraph, ggml_tensor, TENSOR_FLAG_COMPUTE};
+use crate::ggml::abi::{ggml_cgraph, ggml_tensor, TENSOR_FLAG_COMPUTE, TENSOR_FLAG_OUTPUT};
 use crate::ggml::op_params::OpParams;
 use crate::ggml::ops::{op_name, OP_NONE};
 use crate::ggml::types::GgmlType;
 use crate::ir::{MemRef, TensorType};
 use std::collections::HashMap;
 use std::ffi::CStr;
+
+/// The use count ggml recorded for `t` when it built `g` (or the graph `g`
+/// is a view of), None where the graph carries none or `t` is not in it
+/// (ggml_node_get_use_count; ggml_hash_find's hash and linear probing).
+///
+/// # Safety
+/// `g` must be a valid cgraph.
+unsafe fn ggml_use_count(g: &ggml_cgraph, t: *const ggml_tensor) -> Option<i32> {
+    let set = &g.visited_hash_set;
+    if g.use_counts.is_null() || set.used.is_null() || set.keys.is_null() || set.size == 0 {
+        return None;
+    }
+    let used = |i: usize| {
+        // SAFETY: `used` holds size bits, i < size.
+        unsafe { *set.used.add(i >> 5) & (1u32 << (i & 31)) != 0 }
+    };
+    let start = (t as usize >> 4) % set.size;
+    let mut i = start;
+    loop {
+        if !used(i) {
+            return None;
+        }
+        // SAFETY: keys has `size` entries, i < size; defined where used.
+        if std::ptr::eq(unsafe { *set.keys.add(i) }, t) {
+            // SAFETY: use_counts has `size` entries, indexed like keys.
+            return Some(unsafe { *g.use_counts.add(i) });
+        }
+        i = (i + 1) % set.size;
+        if i == start {
+            return None;
+        }
+    }
+}
+
+/// Whether node `i` of `g` (tensor `t`) is read by nothing but `uses_here`
+/// srcs of this graph's nodes (the module comment says when).
+///
+/// # Safety
+/// `g` must be a valid cgraph and `t` its node `i`.
+unsafe fn used_only_here(g: &ggml_cgraph, i: usize, t: &ggml_tensor, uses_here: i32) -> bool {
+    uses_here > 0
+        && t.flags & TENSOR_FLAG_OUTPUT == 0
+        && t.view_src.is_null()
+        && i + 1 < g.n_nodes.max(0) as usize
+        // SAFETY: caller's guarantees.
+        && unsafe { ggml_use_count(g, t) } == Some(uses_here)
+}
 
 pub struct GgmlGraph {
     leaves: Vec<TensorDesc>,
@@ -79,6 +134,15 @@ impl GgmlGraph {
             results: Vec::new(),
         };
         let mut seen: HashMap<*const ggml_tensor, Source> = HashMap::new();
+        // Srcs naming each tensor, over every node of this graph.
+        let mut uses_here: HashMap<*const ggml_tensor, i32> = HashMap::new();
+        for i in 0..g.n_nodes.max(0) as usize {
+            // SAFETY: nodes has n_nodes valid entries.
+            let t = unsafe { &**g.nodes.add(i) };
+            for &sp in t.src.iter().filter(|s| !s.is_null()) {
+                *uses_here.entry(sp as *const ggml_tensor).or_default() += 1;
+            }
+        }
         for i in 0..g.n_nodes.max(0) as usize {
             // SAFETY: nodes has n_nodes valid entries.
             let tp = unsafe { *g.nodes.add(i) } as *const ggml_tensor;
@@ -121,7 +185,11 @@ impl GgmlGraph {
             let s = Source::Node(out.nodes.len() - 1);
             // A node listed twice (perf mode) is recomputed; later users read the latest.
             seen.insert(tp, s);
-            out.results.push(s);
+            let here = uses_here.get(&tp).copied().unwrap_or(0);
+            // SAFETY: g is valid and tp is its node i.
+            if !unsafe { used_only_here(g, i, t, here) } {
+                out.results.push(s);
+            }
         }
         Ok(out)
     }
@@ -186,7 +254,10 @@ pub unsafe fn fingerprint(g: *const ggml_cgraph) -> u64 {
     for i in 0..g.n_nodes.max(0) as usize {
         // SAFETY: nodes has n_nodes valid entries.
         let t = unsafe { &**g.nodes.add(i) };
-        h.word((t.op as u64) << 32 | (t.flags & TENSOR_FLAG_COMPUTE) as u64);
+        h.word((t.op as u64) << 32 | (t.flags & (TENSOR_FLAG_COMPUTE | TENSOR_FLAG_OUTPUT)) as u64);
+        // Which nodes are results depends on uses outside this graph too.
+        // SAFETY: g is valid.
+        h.word(unsafe { ggml_use_count(g, t) }.map_or(u64::MAX, |c| c as u64));
         hash_tensor(&mut h, t);
         for p in t.op_params.chunks(2) {
             h.word((p[0] as u32 as u64) << 32 | p[1] as u32 as u64);

@@ -84,7 +84,8 @@ pub enum Op {
     ViewAs(ViewRule),
     // Fused ops, made by `passes::fuse` on plans for devices that run the fast
     // kernels. Each writes every output of the nodes it replaced (one port
-    // each, listed per variant), so the host can still read any of them.
+    // each, listed per variant), so the host can still read any of them;
+    // MulMatAddNorm alone leaves two unwritten, which nothing reads.
     /// [Add ->] RmsNorm -> Mul(weight row). inputs: [x, w] or [a, b, w];
     /// outputs: [normed * w, normed] or [normed * w, normed, a + b].
     FusedRmsNorm {
@@ -109,7 +110,9 @@ pub enum Op {
     MulMatGroupRope(GroupRope),
     /// A decode matmul, the residual add after it and the FusedRmsNorm of
     /// the sum. inputs: [w, res, norm weight, x]; outputs: [w x, normed *
-    /// weight, normed, w x + res].
+    /// weight, normed, w x + res]. normed * weight exists only as its Q8_1
+    /// copy without 1/rms, which the fused matmuls reading it apply, and
+    /// normed not at all (passes/fuse/matmul_norm.rs says when).
     MulMatAddNorm {
         eps: f32,
     },

@@ -4,11 +4,12 @@
 //! these ops for Q4_0/Q8_0/Q4_K/Q6_K weights and one-column activations.
 
 use super::lower::grid;
+use super::matmul_norm::NormScale;
 use super::mul_mat::activation;
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{Q4K, Q4_0, Q6K, Q8_0};
-use crate::ir::{GluKind, Node, Value};
+use crate::ir::{GluKind, Node, Op, Value};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use opencl3::types::cl_mem;
 
@@ -56,16 +57,29 @@ pub(super) fn group_types(b: &Binder, ws: &[Value], n: &Node) -> Result<(&'stati
     Ok((if same { suffixes[0] } else { "mixed" }, codes))
 }
 
-/// The Q8_1 activation of a fused matmul: (memory, byte offset).
+/// The Q8_1 activation of a fused matmul: (memory, byte offset), and the
+/// 1/rms its dot products take where the activation is a MulMatAddNorm's
+/// norm (plan/matmul_norm.rs).
 pub(super) fn q8_activation(
     b: &mut Binder,
     n: &Node,
     out: &mut Vec<Launch>,
-) -> Result<(Operand, u64)> {
+) -> Result<(Operand, u64, NormScale)> {
     let xv = *n.inputs.last().expect("arity checked");
     let x = b.operand(xv)?;
     // Fused matmuls exist only on fast-kernel devices, for one token.
-    let (act, _) = activation(b, (n.inputs[0], xv), &x, true, out)?;
+    let (act, slot) = activation(b, (n.inputs[0], xv), &x, true, out)?;
+    let shares = slot.and_then(|s| b.mm.q8.norm_shares(s));
+    let src = b.graph.reshaped_source(xv);
+    if shares.is_none()
+        && src.port == 1
+        && matches!(b.graph.nodes[src.node].op, Op::MulMatAddNorm { .. })
+    {
+        return Err(Error::InvalidGraph(format!(
+            "'{}' reads the norm of MulMatAddRmsNorm '{}' other than through its Q8_1 copy",
+            n.name, b.graph.nodes[src.node].name
+        )));
+    }
     Ok((
         Operand {
             mem: act.0,
@@ -73,6 +87,7 @@ pub(super) fn q8_activation(
             ..x
         },
         act.1,
+        NormScale::new(act.0, shares),
     ))
 }
 
@@ -128,7 +143,7 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
         ws.push(b.operand(n.inputs[k])?);
         ds.push(b.operand(Value::new(id, k as u32))?);
     }
-    let (act, act_off) = q8_activation(b, n, out)?;
+    let (act, act_off, scale) = q8_activation(b, n, out)?;
     // Unused slots repeat the last matrix; no work-group selects them.
     while ws.len() < 3 {
         ws.push(*ws.last().expect("one matrix at least"));
@@ -142,7 +157,10 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
         global,
         Some(local),
         "mul_mat",
-        |a| bind_group(a, &ws, (act.mem, act_off), &ds, (g0, g1), wtypes),
+        |a| {
+            bind_group(a, &ws, (act.mem, act_off), &ds, (g0, g1), wtypes)?;
+            scale.bind(a)
+        },
     )?);
     Ok(())
 }
@@ -165,7 +183,7 @@ pub fn lower_glu(
     let dglu = b.operand(Value::new(id, 0))?;
     let dgate = b.operand(Value::new(id, 1))?;
     let dup = b.operand(Value::new(id, 2))?;
-    let (act, act_off) = q8_activation(b, n, out)?;
+    let (act, act_off, scale) = q8_activation(b, n, out)?;
     let rows = wg.ne[1] as usize;
     let q8 = if rows.is_multiple_of(32) {
         b.q8_target(Value::new(id, 0))
@@ -185,7 +203,7 @@ pub fn lower_glu(
             a.tensor(&wg)?.tensor(&wu)?.ptr(act.mem, act_off)?;
             a.tensor(&dglu)?.tensor(&dgate)?.tensor(&dup)?;
             a.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
-            Ok(())
+            scale.bind(a)
         },
     )?);
     Ok(())

@@ -47,7 +47,7 @@ pub fn lower(
         b.operand(Value::new(id, 5))?,
         b.operand(Value::new(id, 6))?,
     ];
-    let (act, act_off) = q8_activation(b, n, out)?;
+    let (act, act_off, scale) = q8_activation(b, n, out)?;
     let (global, local, g0, g1) = group_layout(&ws);
     let roles = p.roles.map(i32::from);
     out.push(grid(
@@ -66,7 +66,8 @@ pub fn lower(
             a.ptr(kr.mem, kr.offset)?;
             a.tensor(&vc)?.ptr(vr.mem, vr.offset)?;
             a.i32(roles[0])?.i32(roles[1])?.i32(roles[2])?;
-            bind_rope(a, flags, &p.rope)
+            bind_rope(a, flags, &p.rope)?;
+            scale.bind(a)
         },
     )?);
     Ok(())

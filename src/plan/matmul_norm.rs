@@ -1,45 +1,92 @@
-//! MulMatAddNorm lowering: one launch of `mul_mv_norm.cl`, the decode matvec
-//! whose last work-group norms the row, writing the Q8_1 copy of the
-//! weighted norm into the cache slot of the matmuls that read it. Its
-//! arrival counter is one word of the plan's scratch after flash attention's
-//! (every such launch of a plan shares it: the in-order queue runs them one
-//! after the other and each leaves it at 0).
+//! MulMatAddNorm lowering: one launch of `mul_mv_norm.cl`, 32 rows a
+//! work-group, which writes the matmul's result and the sum, the Q8_1 copy of
+//! sum * weight without the norm's 1/rms into the cache slot of the fused
+//! matmuls that read the norm, and one share of the sum of squares a
+//! work-group into the plan's scratch (after flash attention's partials,
+//! each node its own region). Those matmuls make 1/rms from the shares
+//! (`NormScale`, MV_NORM_ARG in mul_mv.cl); the pass checked that nothing
+//! else reads the normed row.
 
 use super::fused_matmul::{q8_activation, suffix};
 use super::lower::grid;
+use super::q8_cache::NormShares;
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, Op, Value};
-use crate::runtime::executor::Launch;
+use crate::runtime::executor::{ArgBinder, Launch};
+use opencl3::types::cl_mem;
 
-/// Row groups a work-group (two rows each) and lanes a row group (MV_ROWS,
-/// MV_LANES of mul_mv.cl).
-const MV_ROWS: usize = 4;
-const MV_LANES: usize = 32;
-/// Bytes reserved for the counter (one 128-byte line of its own).
-const COUNTER_BYTES: usize = 128;
+/// Rows a work-group (one Q8_1 block) and its size (MVN_WG: 16 warps of
+/// two rows).
+const ROWS: usize = 32;
+const WG: usize = 512;
 
 fn align(n: usize) -> usize {
     n.div_ceil(128) * 128
 }
 
-/// Scratch bytes the plan of `g` needs beyond the matmuls' (`mm_bytes`) and
-/// flash attention's (`fa_bytes`), counted from 0: the counter's offset plus
-/// its line, or 0 without a MulMatAddNorm.
-pub fn scratch_end(g: &Graph, mm_bytes: usize, fa_bytes: usize) -> usize {
-    let any = g
-        .nodes
+/// A node's rows and shares (one a work-group).
+fn rows_parts(g: &Graph, n: &Node) -> (usize, usize) {
+    let rows = g.ty(n.inputs[0]).ne[1].max(0) as usize;
+    (rows, rows.div_ceil(ROWS))
+}
+
+/// Bytes of a node's shares and the factor c after them.
+fn share_bytes(g: &Graph, n: &Node) -> usize {
+    align((rows_parts(g, n).1 + 1) * 4)
+}
+
+/// Where node `id`'s shares start, counted from `base`.
+fn shares_offset(g: &Graph, id: usize, base: usize) -> usize {
+    base + g.nodes[..id]
         .iter()
-        .any(|n| matches!(n.op, Op::MulMatAddNorm { .. }));
-    if any {
-        counter_offset(mm_bytes, fa_bytes) + COUNTER_BYTES
-    } else {
+        .filter(|n| matches!(n.op, Op::MulMatAddNorm { .. }))
+        .map(|n| share_bytes(g, n))
+        .sum::<usize>()
+}
+
+fn shares_base(mm_bytes: usize, fa_bytes: usize) -> usize {
+    align(align(mm_bytes) + fa_bytes)
+}
+
+/// Scratch bytes the plan of `g` needs beyond the matmuls' (`mm_bytes`) and
+/// flash attention's (`fa_bytes`), counted from 0: the end of the last
+/// node's shares, or 0 without a MulMatAddNorm.
+pub fn scratch_end(g: &Graph, mm_bytes: usize, fa_bytes: usize) -> usize {
+    let base = shares_base(mm_bytes, fa_bytes);
+    let end = shares_offset(g, g.nodes.len(), base);
+    if end == base {
         0
+    } else {
+        end
     }
 }
 
-fn counter_offset(mm_bytes: usize, fa_bytes: usize) -> usize {
-    align(align(mm_bytes) + fa_bytes)
+/// The MV_NORM_ARG arguments of a fused matmul: the shares of the norm whose
+/// Q8_1 copy it reads without 1/rms, or none (0 shares: a factor of 1).
+#[derive(Clone, Copy)]
+pub struct NormScale {
+    mem: cl_mem,
+    shares: Option<NormShares>,
+}
+
+impl NormScale {
+    pub fn new(mem: cl_mem, shares: Option<NormShares>) -> Self {
+        NormScale { mem, shares }
+    }
+    pub fn bind(&self, a: &mut ArgBinder) -> Result<()> {
+        let s = self.shares.unwrap_or(NormShares {
+            offset: 0,
+            parts: 0,
+            n: 1,
+            eps: 0.0,
+        });
+        a.ptr(self.mem, s.offset)?
+            .i32(s.parts)?
+            .i64(s.n)?
+            .f32(s.eps)?;
+        Ok(())
+    }
 }
 
 pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch>) -> Result<()> {
@@ -48,38 +95,68 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
     let w = b.operand(n.inputs[0])?;
     let res = b.operand(n.inputs[1])?;
     let nw = b.operand(n.inputs[2])?;
-    let [o, dst, normed, sum] = [0, 1, 2, 3].map(|p| b.operand(Value::new(id, p)));
-    let (o, dst, normed, sum) = (o?, dst?, normed?, sum?);
+    let o = b.operand(Value::new(id, 0))?;
+    let sum = b.operand(Value::new(id, 3))?;
+    let rows = w.ne[1].max(0) as usize;
+    if rows == 0 || !rows.is_multiple_of(ROWS) {
+        return Err(bad(format!("{rows} rows, not a multiple of {ROWS}")));
+    }
     let (scratch, size) = b
         .scratch
         .ok_or_else(|| bad("the plan has no scratch".into()))?;
     let fa_bytes = super::flash_attn::scratch_bytes(b.graph, b.device.is_gpu);
-    let cnt_off = counter_offset(b.mm.scratch_bytes(), fa_bytes);
-    if cnt_off + COUNTER_BYTES > size {
+    let g = b.graph;
+    let base = shares_base(b.mm.scratch_bytes(), fa_bytes);
+    let ss_off = shares_offset(g, id, base);
+    let small = |v: usize| i32::try_from(v).map_err(|_| bad(format!("{v} work-groups")));
+    if ss_off + share_bytes(g, n) > size {
         return Err(bad(format!(
-            "its counter at {cnt_off} lies outside the scratch of {size} bytes"
+            "its shares at {ss_off} lie outside the scratch of {size} bytes"
         )));
     }
-    super::flash_attn::zero_counters(b, scratch, cnt_off as u64, 4)?;
-    let (act, act_off) = q8_activation(b, n, out)?;
-    let q8 = b.q8_target(Value::new(id, 1));
-    let (q8_mem, q8_off) = q8.map_or((dst.mem, 0), |t| (t.mem, t.offset));
-    let groups = (w.ne[1] as usize).div_ceil(2 * MV_ROWS);
-    let n_groups = u32::try_from(groups).map_err(|_| bad(format!("{groups} work-groups")))?;
+    // The residual's own shares where it is the sum of the MulMatAddNorm
+    // before (the kernel's factor c; none: c = 1).
+    let r = g.reshaped_source(n.inputs[1]);
+    let (prev_off, prev_parts, prev_n) = match &g.nodes[r.node] {
+        p if r.port == 3 && matches!(p.op, Op::MulMatAddNorm { .. }) => {
+            let (rows, parts) = rows_parts(g, p);
+            (shares_offset(g, r.node, base), parts, rows)
+        }
+        _ => (0, 0, 1),
+    };
+    let prev_parts = small(prev_parts)?;
+    let (act, act_off, _) = q8_activation(b, n, out)?;
+    // The normed row exists only as this Q8_1 copy (the pass checked that
+    // the fused matmuls reading it through the cache are its only readers).
+    let q8 = b
+        .q8_target(Value::new(id, 1))
+        .ok_or_else(|| bad("no fused matmul reads its norm through the Q8_1 cache".into()))?;
+    let parts = rows / ROWS;
+    b.mm.q8.set_norm_shares(
+        q8.slot,
+        NormShares {
+            offset: ss_off as u64,
+            parts: small(parts)?,
+            n: rows as i64,
+            eps,
+        },
+    );
     out.push(grid(
         b,
         "mul_mv",
         &name,
-        [groups * MV_ROWS * MV_LANES, 1, 1],
-        Some([MV_ROWS * MV_LANES, 1, 1]),
+        [parts * WG, 1, 1],
+        Some([WG, 1, 1]),
         "mul_mat",
         |a| {
             a.tensor(&w)?.ptr(act.mem, act_off)?;
             a.ptr(res.mem, res.offset)?.ptr(o.mem, o.offset)?;
-            a.ptr(sum.mem, sum.offset)?.ptr(normed.mem, normed.offset)?;
-            a.ptr(nw.mem, nw.offset)?.ptr(dst.mem, dst.offset)?;
-            a.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?.f32(eps)?;
-            a.ptr(scratch, cnt_off as u64)?.u32(n_groups)?;
+            a.ptr(sum.mem, sum.offset)?.ptr(nw.mem, nw.offset)?;
+            a.ptr(q8.mem, q8.offset)?.ptr(scratch, ss_off as u64)?;
+            a.i64(prev_off as i64)?
+                .i32(prev_parts)?
+                .i64(prev_n as i64)?;
+            a.f32(eps)?;
             Ok(())
         },
     )?);

@@ -57,6 +57,8 @@ pub struct Binder<'g> {
 pub struct Q8Target {
     pub mem: opencl3::types::cl_mem,
     pub offset: u64,
+    /// The cache slot.
+    pub slot: usize,
 }
 
 /// For every Q8_1 cache slot, the value whose kernel can write the copy: the
@@ -89,6 +91,7 @@ impl<'g> Binder<'g> {
         Some(Q8Target {
             mem,
             offset: self.mm.q8.region(slot).0,
+            slot,
         })
     }
 

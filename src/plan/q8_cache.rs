@@ -63,6 +63,20 @@ pub struct Table {
     /// Slots the activation's producer fills itself (a fused kernel writes
     /// the Q8_1 copy next to its F32 output), so no quantize launch exists.
     prefilled: Vec<bool>,
+    /// Slots whose copy lacks its norm's 1/rms (plan/matmul_norm.rs): the
+    /// matmuls that read them apply it.
+    norm_scales: Vec<Option<NormShares>>,
+}
+
+/// Where a MulMatAddNorm left its shares of the sum of squares of a row
+/// whose Q8_1 copy it wrote without 1/rms (mul_mv_norm.cl): a scratch
+/// offset, how many floats, the row length and the norm's eps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormShares {
+    pub offset: u64,
+    pub parts: i32,
+    pub n: i64,
+    pub eps: f32,
 }
 
 impl Table {
@@ -78,6 +92,7 @@ impl Table {
         self.index.insert(key.clone(), s);
         self.keys.push(key);
         self.prefilled.push(false);
+        self.norm_scales.push(None);
         s
     }
 
@@ -93,6 +108,15 @@ impl Table {
 
     pub fn is_prefilled(&self, s: usize) -> bool {
         self.prefilled[s]
+    }
+
+    /// Marks slot `s`'s copy as lacking its norm's 1/rms, made from `shares`.
+    pub fn set_norm_shares(&mut self, s: usize, shares: NormShares) {
+        self.norm_scales[s] = Some(shares);
+    }
+
+    pub fn norm_shares(&self, s: usize) -> Option<NormShares> {
+        self.norm_scales[s]
     }
 
     /// The slot of an already planned key.

@@ -1,17 +1,21 @@
 //! `FusedRmsNorm(w x + res)` -> `MulMatAddNorm`: llama's O and down
 //! projections with the residual add and the norm of the sublayer after
-//! them, one launch instead of two: the matvec's last work-group norms the
-//! row (`mul_mv_norm.cl`). The norm kernel alone cost ~9 us a launch on the
-//! H200, two a layer.
+//! them, one launch instead of two (`mul_mv_norm.cl`). The kernel does no
+//! reduction over the row: it writes the Q8_1 copy of sum * weight without
+//! the norm's 1/rms, and the fused matmuls that read it apply 1/rms from
+//! the shares of the sum of squares it leaves. So the normed row and
+//! normed * weight are never written as floats.
 //!
 //! Preconditions: a FusedRmsNorm with its add, one of whose operands is a
-//! decode matmul (`matmul_group::decode_matmul`) and the other an F32 row of
-//! the same length; every vector (residual, matmul result, sum, normed,
-//! weighted, norm weight) a contiguous F32 row of a multiple of 32 elements,
-//! placed at a 16-byte aligned offset (the last work-group reads and writes
-//! them four floats at a time), and any two of them either the same memory
-//! or disjoint (the kernel's order of reads and writes is sound for both,
-//! not for partial overlaps).
+//! decode matmul (`matmul_group::decode_matmul`) with a multiple of 32 rows
+//! and the other an F32 row of the same length; every vector (residual,
+//! matmul result, sum, normed, weighted, norm weight) a contiguous F32 row,
+//! placed at a 16-byte aligned offset, any two of them the same memory or
+//! disjoint; the Q8_1 cache on; the normed row read by nothing, and
+//! normed * weight read only as the activation of fused matmuls
+//! (MulMatGroup, MulMatGroupRope, MulMatGlu), directly or through
+//! reshapes; neither a graph result (the host reads neither: the ggml
+//! decoder's use counts say so).
 
 use super::matmul_group::decode_matmul;
 use super::span;
@@ -23,6 +27,35 @@ fn row_of(g: &Graph, v: Value, n: i64) -> bool {
     let t = g.ty(v);
     let aligned = matches!(g.output(v).place, Place::Bound(m) if m.offset % 16 == 0);
     t.dtype == F32 && t.ne == [n, 1, 1, 1] && t.is_contiguous() && aligned
+}
+
+/// Whether nothing reads `v` and the host does not either.
+fn unread(g: &Graph, v: Value) -> bool {
+    !g.results.contains(&v) && g.users(v).is_empty()
+}
+
+/// Whether `v` is read, and only as the Q8_1 activation of fused matmuls,
+/// directly or through reshapes that keep its memory (which are not
+/// results either), and the Q8_1 cache will hold it.
+fn q8_only(g: &Graph, v: Value) -> bool {
+    if crate::plan::q8_cache::mode() == 0 || g.results.contains(&v) {
+        return false;
+    }
+    let users = g.users(v);
+    !users.is_empty()
+        && users.iter().all(|&u| {
+            let n = &g.nodes[u];
+            match n.op {
+                Op::MulMatGroup | Op::MulMatGroupRope(_) | Op::MulMatGlu { .. } => {
+                    n.inputs.iter().filter(|&&i| i == v).count() == 1 && n.inputs.last() == Some(&v)
+                }
+                Op::View => {
+                    let out = Value::new(u, 0);
+                    n.outputs.len() == 1 && g.reshaped_source(out) == v && q8_only(g, out)
+                }
+                _ => false,
+            }
+        })
 }
 
 /// One match: the matmul's node id and the fused op with its inputs.
@@ -41,9 +74,12 @@ fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>)> {
     };
     let o = Value::new(mm, 0);
     let n = g.ty(o).ne[0];
+    if n % 32 != 0 || g.ty(g.nodes[mm].inputs[0]).ne[1] != n {
+        return None;
+    }
     let [dst, normed, sum] = [0, 1, 2].map(|p| Value::new(norm, p));
     let rows = [res, o, nw, dst, normed, sum];
-    if n % 32 != 0 || !rows.iter().all(|&v| row_of(g, v, n)) {
+    if !rows.iter().all(|&v| row_of(g, v, n)) {
         return None;
     }
     let spans: Vec<_> = rows.iter().map(|&v| span(g, v)).collect::<Option<_>>()?;
@@ -52,7 +88,7 @@ fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>)> {
             .iter()
             .any(|y| x != y && x.0 == y.0 && x.1 < y.2 && y.1 < x.2)
     });
-    if partial {
+    if partial || !q8_only(g, dst) || !unread(g, normed) {
         return None;
     }
     let mn = &g.nodes[mm];

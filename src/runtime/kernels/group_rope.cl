@@ -14,13 +14,14 @@
 kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
                  PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), __global const char *pos,           \
                  __global const char *ff, PTENSOR(qo), PTENSOR(ko), PTENSOR(kc),            \
-                 __global const char *kr, PTENSOR(vc), __global const char *vr, PK_PARAMS) { \
+                 __global const char *kr, PTENSOR(vc), __global const char *vr, MV_NORM_ARG, \
+                 PK_PARAMS) {                                                               \
     PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
     PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes) PK_ULONG(pos_off)    \
     PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko) PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) \
     PK_ULONG(vr_off) PK_INT(role_q) PK_INT(role_k) PK_INT(role_v) PK_INT(flags)             \
     PK_INT(n_dims) PK_FLOAT(theta_scale) PK_FLOAT(freq_scale) PK_FLOAT(ext_factor)          \
-    PK_FLOAT(attn_factor) PK_FLOAT(corr0) PK_FLOAT(corr1)                                   \
+    PK_FLOAT(attn_factor) PK_FLOAT(corr0) PK_FLOAT(corr1) PK_MV_NORM                        \
     MV_GROUP_ROWS(ROWDOT2)                                                                  \
     if (lane == 0 && live1) { /* even row counts: live1 implies live0 */                     \
         store_f32(d + r * 4, t0);                                                           \

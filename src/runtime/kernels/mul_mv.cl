@@ -244,6 +244,38 @@ MV2_KERNEL(kernel_mul_mv_q8_0, mv_row2_q8_0)
 MV2_KERNEL(kernel_mul_mv_q4_k, mv_row2_q4_K)
 MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 
+// The fused matmuls whose activation is the norm of a MulMatAddNorm
+// (mul_mv_norm.cl) read its Q8_1 copy without the norm's 1/rms and with the
+// producer's own factor c, and multiply their dot products by 1/(rms * c).
+// They make rms from the producer's shares of the sum of squares, `dn_parts`
+// floats at dn + dn_off followed by c (0 parts: no such norm, the factor is
+// 1), over a row of `dn_n` elements. The shares are loaded before the dot
+// products (mv_norm_prefetch: no round trip of its own at the end) and
+// summed after them (mv_norm_rsqrt); every work-item calls both, since
+// warp_sum holds barriers off NVIDIA.
+#define MV_NORM_ARG __global const char *dn
+#define PK_MV_NORM PK_ULONG(dn_off) PK_INT(dn_parts) PK_LONG(dn_n) PK_FLOAT(dn_eps)
+inline float8 mv_norm_prefetch(const __global char *dn, int parts, int lane) {
+    const __global float *p = (const __global float *)dn;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = lane + 32 * k < parts ? p[lane + 32 * k] : 0.0f;
+    return (float8)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+}
+// 1 / sqrt(sum of the shares / n + eps); 1 without shares.
+inline float mv_norm_rsqrt(float8 pre, const __global char *dn, int parts, long n, float eps,
+                           int lane, __local float *scratch) {
+    const __global float *p = (const __global float *)dn;
+    float acc = ((pre.s0 + pre.s1) + (pre.s2 + pre.s3)) + ((pre.s4 + pre.s5) + (pre.s6 + pre.s7));
+    for (int i = lane + 256; i < parts; i += 32) acc += p[i];
+    const float total = warp_sum(acc, scratch);
+    return parts > 0 ? 1.0f / sqrt(total / (float)n + eps) : 1.0f;
+}
+// The producer's factor c, stored after its shares; 1 without shares.
+inline float mv_norm_c(const __global char *dn, int parts) {
+    return parts > 0 ? ((const __global float *)dn)[parts] : 1.0f;
+}
+
 // ---------------------------------------------------------------------------
 // Fused decode matmuls (passes/fuse): one activation row (Q8_1), 2-D weights
 // of one row length (one type, or several in the _mixed kernels), F32
@@ -267,9 +299,10 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
     mv_row2_mixed((wtypes >> (8 * m)) & 0xFF, w0, w1, arow, nblocks, lane)
 
 // The group kernels' rows: matrix m, rows r and r + 1 of it (live0/live1
-// where they exist), their results t0 and t1 (in every lane) and d, the
-// matrix's result. Needs the group kernels' arguments w0..w2, act, d0..d2,
-// g0 and g1.
+// where they exist), their results t0 and t1 (in every lane, times the
+// norm's 1/rms where the activation has one) and d, the matrix's result.
+// Needs the group kernels' arguments w0..w2, act, d0..d2, g0, g1 and the
+// MV_NORM_ARG ones.
 #define MV_GROUP_ROWS(ROWDOT2)                                                               \
     LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
     const int lane = get_local_id(0) % MV_LANES;                                            \
@@ -283,10 +316,14 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
     const long rows = m == 0 ? w0_ne.s1 : (m == 1 ? w1_ne.s1 : w2_ne.s1);                   \
     __global char *d = m == 0 ? d0 + d0_off : (m == 1 ? d1 + d1_off : d2 + d2_off);         \
     const bool live0 = r < rows, live1 = r + 1 < rows;                                      \
+    const float8 dn_pre = mv_norm_prefetch(dn + dn_off, dn_parts, lane);                    \
+    const float dn_c = mv_norm_c(dn + dn_off, dn_parts);                                    \
     const float2 s = ROWDOT2(w + (live0 ? r : 0) * w_nb1, w + (live1 ? r + 1 : 0) * w_nb1,  \
                              act + act_off, w0_ne.s0 / QK, lane);                           \
-    const float t0 = warp_sum(s.x, scratch);                                                \
-    const float t1 = warp_sum(s.y, scratch);                                                \
+    const float dn_scale =                                                                  \
+        mv_norm_rsqrt(dn_pre, dn + dn_off, dn_parts, dn_n, dn_eps, lane, scratch) / dn_c;   \
+    const float t0 = warp_sum(s.x, scratch) * dn_scale;                                     \
+    const float t1 = warp_sum(s.y, scratch) * dn_scale;                                     \
 
 // MulMatGroup: up to three matrices in one launch, 2 * MV_ROWS rows a
 // work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
@@ -294,9 +331,9 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
 // global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
 #define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
 kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
-                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), PK_PARAMS) {                        \
+                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), MV_NORM_ARG, PK_PARAMS) {           \
     PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
-    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes)                      \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes) PK_MV_NORM           \
     MV_GROUP_ROWS(ROWDOT2)                                                                  \
     if (lane == 0) {                                                                        \
         if (live0) store_f32(d + r * 4, t0);                                                \
@@ -324,9 +361,9 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 #define GLU_ROWS 32
 #define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
 kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(dglu),     \
-                 PTENSOR(dgate), PTENSOR(dup), __global char *q8, PK_PARAMS) {              \
+                 PTENSOR(dgate), PTENSOR(dup), __global char *q8, MV_NORM_ARG, PK_PARAMS) { \
     PK_BEGIN PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate) \
-    PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8)                                          \
+    PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8) PK_MV_NORM                               \
     LOCAL_ARRAY(float, scratch_all, GLU_WARPS * MV_LANES);                                  \
     LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, lu, GLU_ROWS);                                                       \
@@ -339,13 +376,19 @@ kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(d
     const long base = get_group_id(0) * GLU_ROWS;                                           \
     const long nblocks = wg_ne.s0 / QK;                                                     \
     const __global char *arow = act + act_off;                                              \
+    const float8 dn_pre = mv_norm_prefetch(dn + dn_off, dn_parts, lane);                    \
+    const float dn_c = mv_norm_c(dn + dn_off, dn_parts);                                    \
+    float dn_scale = 1.0f;                                                                  \
     for (int k = 0; k < GLU_ROWS / GLU_WARPS; ++k) {                                        \
         const int t = warp * (GLU_ROWS / GLU_WARPS) + k;                                    \
         const long r = min(base + t, rows - 1);                                             \
         const float2 gu = ROWDOT2(wg + wg_off + r * wg_nb.s1, wu + wu_off + r * wu_nb.s1,   \
                                   arow, nblocks, lane);                                     \
-        const float g = warp_sum(gu.x, scratch);                                            \
-        const float u = warp_sum(gu.y, scratch);                                            \
+        if (k == 0)                                                                         \
+            dn_scale = mv_norm_rsqrt(dn_pre, dn + dn_off, dn_parts, dn_n, dn_eps, lane,     \
+                                     scratch) / dn_c;                                       \
+        const float g = warp_sum(gu.x, scratch) * dn_scale;                                 \
+        const float u = warp_sum(gu.y, scratch) * dn_scale;                                 \
         if (lane == 0) {                                                                    \
             lg[t] = g;                                                                      \
             lu[t] = u;                                                                      \
