@@ -27,6 +27,8 @@
 #define FA_PER (FA_MAX_D / FA_WG)
 #define FA_QK8_1 32
 #define FA_Q8_1_BYTES 36
+// Chunks whose partial state the merge loads at once.
+#define FA_MERGE_BATCH 8
 
 inline float fa_group_max(float v, __local float *red) {
     const int l = get_local_id(0);
@@ -75,19 +77,46 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     if (merge) {
         device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
-        float Mx = -INFINITY;
-        for (int cc = 0; cc < n_chunks; ++cc) Mx = fmax(Mx, p[cc * (DV + 2)]);
-        float Sx = 0.0f;
-        for (int cc = 0; cc < n_chunks; ++cc) {
-            const float mc = p[cc * (DV + 2)];
-            if (mc != -INFINITY) Sx += p[cc * (DV + 2) + 1] * exp(mc - Mx);
+        // Every chunk's (M, S), FA_MERGE_BATCH chunks' loads in flight at a
+        // time, the maximum and the sum kept online: a loop that used each
+        // volatile load before issuing the next took a round trip per chunk,
+        // three times over (~10 us of kernel_fa_vec's ~12 on the H200 at 8
+        // chunks, docs/perf.md step 22).
+        float Mx = -INFINITY, Sx = 0.0f;
+        for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
+            float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH];
+#pragma unroll
+            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                const int cc = min(c0 + j, n_chunks - 1);
+                mc[j] = p[cc * (DV + 2)];
+                sc[j] = p[cc * (DV + 2) + 1];
+            }
+#pragma unroll
+            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
+                if (mc[j] > Mx) {
+                    Sx = Sx * exp(Mx - mc[j]) + sc[j];
+                    Mx = mc[j];
+                } else {
+                    Sx += sc[j] * exp(mc[j] - Mx);
+                }
+            }
         }
         const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
         for (long d = l; d < DV; d += wg) {
             float a = 0.0f;
-            for (int cc = 0; cc < n_chunks; ++cc) {
-                const float mc = p[cc * (DV + 2)];
-                if (mc != -INFINITY) a += p[cc * (DV + 2) + 2 + d] * exp(mc - Mx);
+            for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
+                float mc[FA_MERGE_BATCH], vc[FA_MERGE_BATCH];
+#pragma unroll
+                for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                    const int cc = min(c0 + j, n_chunks - 1);
+                    mc[j] = p[cc * (DV + 2)];
+                    vc[j] = p[cc * (DV + 2) + 2 + d];
+                }
+#pragma unroll
+                for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+                    if (c0 + j < n_chunks && mc[j] != -INFINITY) a += vc[j] * exp(mc[j] - Mx);
+                }
             }
             const float r = a * inv;
             store_f32(AT(dst, d, h, iq, z), r);
