@@ -154,9 +154,11 @@ unsafe fn check_graph(g: *const ggml_cgraph) -> Result<()> {
 }
 
 fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
-    // SAFETY: ggml passes a valid cgraph whose tensors live in our buffers.
-    let key = unsafe { fingerprint(g) };
     let mut cache = c.plans.lock();
+    // SAFETY: ggml passes a valid cgraph whose tensors live in our buffers.
+    let uid = unsafe { (*g).uid };
+    // SAFETY: as above.
+    let key = cache.key(uid, || unsafe { fingerprint(g) });
     // The per-token path: one lookup, then enqueues.
     if let Some(plan) = cache.get(key) {
         return run_counted(c, plan);

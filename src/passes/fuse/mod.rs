@@ -1,9 +1,13 @@
 //! Fusion passes for devices that run the fast kernels: each file holds one
 //! pattern, its preconditions and the rewrite into one fused op (ir/op.rs),
 //! so a decode step launches as few kernels as possible. A fused node writes
-//! every output of the nodes it replaces (the host may read any of them), so
-//! fusing never changes what a graph computes, only how many launches it
-//! takes. The planner lowers the fused ops (plan/fused_*.rs, plan/rope_store.rs).
+//! every output of the nodes it replaces that anything may read: every
+//! graph result (the ggml decoder counts as results all nodes but those only
+//! this graph's nodes read, by ggml's use counts) and every value a node
+//! reads other than through a fused kernel's own Q8_1 copy (matmul_norm is
+//! the one pass that relies on this). So fusing never changes what a graph
+//! computes, only how many launches it takes. The planner lowers the fused
+//! ops (plan/fused_*.rs, plan/rope_store.rs, plan/matmul_norm.rs).
 
 pub mod group_rope;
 pub mod matmul_glu;
