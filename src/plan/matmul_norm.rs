@@ -1,11 +1,12 @@
 //! MulMatAddNorm lowering: one launch of `mul_mv_norm.cl`, 32 rows a
 //! work-group, which writes the matmul's result and the sum, the Q8_1 copy of
-//! sum * weight without the norm's 1/rms into the cache slot of the fused
-//! matmuls that read the norm, and one share of the sum of squares a
-//! work-group into the plan's scratch (after flash attention's partials,
-//! each node its own region). Those matmuls make 1/rms from the shares
-//! (`NormScale`, MV_NORM_ARG in mul_mv.cl); the pass checked that nothing
-//! else reads the normed row.
+//! sum * weight * c (c in place of the norm's 1/rms: 1/rms of the residual,
+//! from the shares of the MulMatAddNorm whose sum it is) into the cache slot
+//! of the fused matmuls that read the norm, and one share of the sum of
+//! squares a work-group, then c, into the plan's scratch (after flash
+//! attention's partials, each node its own region). Those matmuls make
+//! 1/(rms * c) from them (`NormScale`, MV_NORM_ARG in mul_mv.cl); the pass
+//! checked that nothing else reads the normed row.
 
 use super::fused_matmul::{q8_activation, suffix};
 use super::lower::grid;

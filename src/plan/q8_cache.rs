@@ -69,8 +69,9 @@ pub struct Table {
 }
 
 /// Where a MulMatAddNorm left its shares of the sum of squares of a row
-/// whose Q8_1 copy it wrote without 1/rms (mul_mv_norm.cl): a scratch
-/// offset, how many floats, the row length and the norm's eps.
+/// whose Q8_1 copy it wrote with its factor c instead of 1/rms
+/// (mul_mv_norm.cl): a scratch offset, how many floats (c follows them),
+/// the row length and the norm's eps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NormShares {
     pub offset: u64,

@@ -1,10 +1,11 @@
 //! `FusedRmsNorm(w x + res)` -> `MulMatAddNorm`: llama's O and down
 //! projections with the residual add and the norm of the sublayer after
 //! them, one launch instead of two (`mul_mv_norm.cl`). The kernel does no
-//! reduction over the row: it writes the Q8_1 copy of sum * weight without
-//! the norm's 1/rms, and the fused matmuls that read it apply 1/rms from
-//! the shares of the sum of squares it leaves. So the normed row and
-//! normed * weight are never written as floats.
+//! reduction over the row: it writes the Q8_1 copy of sum * weight with a
+//! factor of its own instead of the norm's 1/rms, and the fused matmuls
+//! that read it correct for both from the shares of the sum of squares it
+//! leaves. So the normed row and normed * weight are never written as
+//! floats.
 //!
 //! Preconditions: a FusedRmsNorm with its add, one of whose operands is a
 //! decode matmul (`matmul_group::decode_matmul`) with a multiple of 32 rows
