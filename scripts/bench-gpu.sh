@@ -112,6 +112,8 @@ models() {
   [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0 &
   [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0 &
   [[ -f $W/m7-q4_k.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_k.gguf" --preset 7b --type q4_k &
+  # Q4_K with Q6_K where llama-quantize's Q4_K_M puts it (attn_v, ffn_down, output).
+  [[ -f $W/m7-q4_k_m.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_k_m.gguf" --preset 7b --type q4_k_m &
   wait
 }
 
@@ -199,7 +201,8 @@ case ${stage:-bench} in
   all) # everything, for one long session: build and models side by side, then measure
     build & models; wait; tail -1 "$W/build.log"
     profile; bench_one "$W/m7-q4_0.gguf" 7b-q4_0; bench_one "$W/m7-q8_0.gguf" 7b-q8_0
-    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; bench_one "$W/m7-q4_k.gguf" 7b-q4_k; greedy_check
+    bench_one "$W/m1-q4_0.gguf" 1b-q4_0; bench_one "$W/m7-q4_k.gguf" 7b-q4_k
+    bench_one "$W/m7-q4_k_m.gguf" 7b-q4_k_m; greedy_check
     backend_ops ;;
   profile) models; profile ;;
   twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
@@ -214,5 +217,6 @@ case ${stage:-bench} in
     bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0
     bench_one "$W/m7-q4_k.gguf" 7b-q4_k
+    bench_one "$W/m7-q4_k_m.gguf" 7b-q4_k_m
     greedy_check ;;
 esac

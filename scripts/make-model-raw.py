@@ -3,7 +3,12 @@
 (the GPU machine has no numpy). Weights are tiles of a pool of valid random
 blocks: fine for speed measurements, where only sizes and shapes matter.
 
-usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0|q4_k [--seed N] [--layers N]
+usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0|q4_k|q6_k|q4_k_m [--seed N] [--layers N]
+
+q4_k_m mixes the types the way llama-quantize's Q4_K_M does, roughly: Q4_K,
+with Q6_K for the output matrix and for attn_v and ffn_down of every other
+layer (Q6_K rows are only 2-byte aligned, which the prompt kernels treat
+apart).
 """
 import argparse
 import os
@@ -16,9 +21,12 @@ PRESETS = {
     # The CI test models' shape, for launch counting (scripts/test-launches.sh).
     "tiny": dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=768, n_vocab=512),
 }
-# ggml type id, block elements, block bytes, llama file type
+# ggml type id and llama file type of each --type
 # (q4_k: every weight Q4_K, labelled Q4_K_M, the llama file type closest to it)
-TYPES = {"q4_0": (2, 32, 18, 2), "q8_0": (8, 32, 34, 7), "q4_k": (12, 256, 144, 15)}
+TYPES = {"q4_0": (2, 2), "q8_0": (8, 7), "q4_k": (12, 15), "q6_k": (14, 18), "q4_k_m": (12, 15)}
+Q6_K = 14
+# ggml type id -> block elements, block bytes
+BLOCKS = {2: (32, 18), 8: (32, 34), 12: (256, 144), 14: (256, 210)}
 F32 = 0
 ALIGN = 32
 
@@ -53,15 +61,18 @@ def array(key, etype, items, fmt=None):
     return kv(key, 9, body)
 
 
-def block_pool(qtype, rng, nbytes=1 << 20):
-    tid, _, bb, _ = TYPES[qtype]
+def block_pool(tid, rng, nbytes=1 << 20):
+    bb = BLOCKS[tid][1]
     out = bytearray()
     while len(out) < nbytes:
-        if qtype == "q4_k":  # d and dmin, then random 6-bit scales/mins and codes
+        if tid == 12:  # Q4_K: d and dmin, then random 6-bit scales/mins and codes
             d, dmin = rng.uniform(0.0002, 0.0008), rng.uniform(0.0002, 0.0008)
             out += struct.pack("<ee", d, dmin) + rng.randbytes(bb - 4)
             continue
-        d = rng.uniform(0.004, 0.02) if qtype == "q4_0" else rng.uniform(0.0005, 0.002)
+        if tid == Q6_K:  # codes (low and high bits) and int8 scales, then d
+            out += rng.randbytes(bb - 2) + struct.pack("<e", rng.uniform(0.000005, 0.00002))
+            continue
+        d = rng.uniform(0.004, 0.02) if tid == 2 else rng.uniform(0.0005, 0.002)
         out += struct.pack("<e", d) + rng.randbytes(bb - 2)
     return bytes(out[: (nbytes // bb) * bb])
 
@@ -78,24 +89,27 @@ def main():
     if a.layers:
         p["n_layer"] = a.layers
     rng = random.Random(a.seed)
-    tid, be, bb, ftype = TYPES[a.type]
+    tid, ftype = TYPES[a.type]
+    mixed = a.type == "q4_k_m"
+    # The Q6_K tensors of a q4_k_m model: the output, and of every other layer.
+    t6 = lambda every_other: Q6_K if mixed and every_other else tid
     e, ff, v = p["n_embd"], p["n_ff"], p["n_vocab"]
     hd = e // p["n_head"]
     ekv = hd * p["n_head_kv"]
 
-    tensors = [("token_embd.weight", [e, v], tid), ("output_norm.weight", [e], F32), ("output.weight", [e, v], tid)]
+    tensors = [("token_embd.weight", [e, v], tid), ("output_norm.weight", [e], F32), ("output.weight", [e, v], t6(True))]
     for i in range(p["n_layer"]):
         b = "blk.%d." % i
         tensors += [
             (b + "attn_norm.weight", [e], F32),
             (b + "attn_q.weight", [e, e], tid),
             (b + "attn_k.weight", [e, ekv], tid),
-            (b + "attn_v.weight", [e, ekv], tid),
+            (b + "attn_v.weight", [e, ekv], t6(i % 2 == 0)),
             (b + "attn_output.weight", [e, e], tid),
             (b + "ffn_norm.weight", [e], F32),
             (b + "ffn_gate.weight", [e, ff], tid),
             (b + "ffn_up.weight", [e, ff], tid),
-            (b + "ffn_down.weight", [ff, e], tid),
+            (b + "ffn_down.weight", [ff, e], t6(i % 2 == 0)),
         ]
 
     tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % i for i in range(256)]
@@ -131,7 +145,7 @@ def main():
         n = 1
         for d in dims:
             n *= d
-        return n * 4 if t == F32 else n // be * bb
+        return n * 4 if t == F32 else n // BLOCKS[t][0] * BLOCKS[t][1]
 
     infos, offset = b"", 0
     for name, dims, t in tensors:
@@ -139,7 +153,7 @@ def main():
         infos += struct.pack("<IQ", t, offset)
         offset += (nbytes(dims, t) + ALIGN - 1) // ALIGN * ALIGN
 
-    pool = block_pool(a.type, rng)
+    pools = {t: block_pool(t, rng) for t in {t for _, _, t in tensors if t != F32}}
     ones = struct.pack("<f", 1.0) * e
     with open(a.out, "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
@@ -153,6 +167,7 @@ def main():
                 f.write(ones[:n])
             else:
                 left = n
+                pool = pools[t]
                 while left > 0:
                     chunk = pool[: min(left, len(pool))]
                     f.write(chunk)
