@@ -3,7 +3,7 @@
 (the GPU machine has no numpy). Weights are tiles of a pool of valid random
 blocks: fine for speed measurements, where only sizes and shapes matter.
 
-usage: make-model-raw.py OUT --preset 7b|1b|tiny --type q4_0|q8_0|q4_k|q6_k|q4_k_m [--seed N] [--layers N]
+usage: make-model-raw.py OUT --preset 7b|1b|tiny|wide --type q4_0|q8_0|q4_k|q6_k|q4_k_m [--seed N] [--layers N]
 
 q4_k_m mixes the types the way llama-quantize's Q4_K_M does, roughly: Q4_K,
 with Q6_K for the output matrix and for attn_v and ffn_down of every other
@@ -20,6 +20,10 @@ PRESETS = {
     "1b": dict(n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632, n_vocab=32000),
     # The CI test models' shape, for launch counting (scripts/test-launches.sh).
     "tiny": dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=768, n_vocab=512),
+    # The 1B's width with a small vocabulary, for CI checks of wide rows; six
+    # layers grow the random residual past half's range (NaN logits when the
+    # norm's Q8_1 copy lacked its factor, docs/perf.md step 21).
+    "wide": dict(n_embd=2048, n_layer=6, n_head=32, n_head_kv=4, n_ff=5632, n_vocab=512),
 }
 # ggml type id and llama file type of each --type
 # (q4_k: every weight Q4_K, labelled Q4_K_M, the llama file type closest to it)

@@ -35,6 +35,13 @@ for l in 2 6; do
   [[ -f "$m" ]] || mv -f "$m.tmp" "$m"
 done
 
+# The matvec + norm kernels on rows as wide as the 1B's (64 shares a row) over six layers of
+# a growing residual: the decode tokens must equal the CPU backend's, with no NaN (without
+# its factor c, the norm's Q8_1 copy overflowed half's range: NaN logits here and on the 1B).
+WIDE="$MDIR/wide-q4_0.gguf"
+[[ -f "$WIDE" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$WIDE.tmp" --preset wide --type q4_0 >/dev/null
+[[ -f "$WIDE" ]] || mv -f "$WIDE.tmp" "$WIDE"
+
 # Launches of the last graph compute of a short generation; the kernel names of the last
 # plan built (the decode step's) go to $KERNELS.
 KERNELS=$(mktemp)
@@ -96,6 +103,15 @@ grep -qE 'kernel_mul_mv_group_rope_(q4_k|mixed)' <<<"$kq" ||
 if grep -q kernel_quantize <<<"$kq"; then
   echo "FAIL: Q4_K_M decode step (fa on) quantizes activations in a launch of its own"; fail=1
 fi
+
+wide_cpu=$("$GREEDY" -m "$WIDE" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev none 2>&1 | grep '^tokens:') ||
+  die "CPU generation with the wide model failed"
+out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$WIDE" --fa on \
+  --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) || echo "$out" | grep -v launches | tail -n 3
+wide=$(echo "$out" | grep '^tokens:' || true)
+echo "wide model (n_embd 2048), fa on: CPU $wide_cpu; polycl $wide"
+grep -qw kernel_mul_mv_norm_q4_0 <<<"$out" || { echo "FAIL: the wide model runs no kernel_mul_mv_norm_q4_0"; fail=1; }
+[[ -n "$wide" && "$wide" == "$wide_cpu" ]] || { echo "FAIL: the wide model's tokens differ from the CPU backend's"; fail=1; }
 
 # POLYCL_PROFILE_TWICE (benchmarks: what one kernel costs inside the launch
 # chain) launches the named kernel twice: one more GLU launch a layer.
