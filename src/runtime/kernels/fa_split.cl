@@ -78,10 +78,9 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
         device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
         // Every chunk's (M, S), FA_MERGE_BATCH chunks' loads in flight at a
-        // time, the maximum and the sum kept online: a loop that used each
-        // volatile load before issuing the next took a round trip per chunk,
-        // three times over (~10 us of kernel_fa_vec's ~12 on the H200 at 8
-        // chunks, docs/perf.md step 22).
+        // time, the maximum and the sum kept online: loops that used each
+        // volatile load before issuing the next waited a round trip per
+        // chunk, three times over (docs/perf.md step 22: +2% on a 7B decode).
         float Mx = -INFINITY, Sx = 0.0f;
         for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
             float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH];

@@ -299,8 +299,9 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
     mv_row2_mixed((wtypes >> (8 * m)) & 0xFF, w0, w1, arow, nblocks, lane)
 
 // The group kernels' rows: matrix m, rows r and r + 1 of it (live0/live1
-// where they exist), their results t0 and t1 (in every lane, times the
-// norm's 1/rms where the activation has one) and d, the matrix's result.
+// where they exist), their results t0 and t1 (in every lane, times
+// 1/(rms * c) where the activation is a MulMatAddNorm's norm) and d, the
+// matrix's result.
 // Needs the group kernels' arguments w0..w2, act, d0..d2, g0, g1 and the
 // MV_NORM_ARG ones.
 #define MV_GROUP_ROWS(ROWDOT2)                                                               \
