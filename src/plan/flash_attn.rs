@@ -290,7 +290,7 @@ pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>)
 /// split node of the plan enqueues the fill (it is idempotent and ordered
 /// before the plan's first run by the in-order queue), which keeps this free
 /// of state about which node came first.
-pub(super) fn zero_counters(b: &Binder, scratch: cl_mem, offset: u64, len: u64) -> Result<()> {
+fn zero_counters(b: &Binder, scratch: cl_mem, offset: u64, len: u64) -> Result<()> {
     let pattern = [0u8; 4];
     // SAFETY: `scratch` is the plan's live scratch buffer, `offset + len` lies
     // inside it (the layout above reserves the counters there), the pattern

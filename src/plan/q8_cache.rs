@@ -65,7 +65,7 @@ pub struct Table {
     prefilled: Vec<bool>,
     /// Slots whose copy lacks its norm's 1/rms (plan/matmul_norm.rs): the
     /// matmuls that read them apply it.
-    norm_scales: Vec<Option<NormShares>>,
+    norm_shares: Vec<Option<NormShares>>,
 }
 
 /// Where a MulMatAddNorm left its shares of the sum of squares of a row
@@ -93,7 +93,7 @@ impl Table {
         self.index.insert(key.clone(), s);
         self.keys.push(key);
         self.prefilled.push(false);
-        self.norm_scales.push(None);
+        self.norm_shares.push(None);
         s
     }
 
@@ -113,11 +113,11 @@ impl Table {
 
     /// Marks slot `s`'s copy as lacking its norm's 1/rms, made from `shares`.
     pub fn set_norm_shares(&mut self, s: usize, shares: NormShares) {
-        self.norm_scales[s] = Some(shares);
+        self.norm_shares[s] = Some(shares);
     }
 
     pub fn norm_shares(&self, s: usize) -> Option<NormShares> {
-        self.norm_scales[s]
+        self.norm_shares[s]
     }
 
     /// The slot of an already planned key.

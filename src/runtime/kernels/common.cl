@@ -195,9 +195,9 @@ inline float warp_max(float v, __local float *scratch) {
     }
     return v;
 }
-// Eight reductions at once, each round's shuffles back to back: volatile asm
-// keeps its order, so eight warp_sum calls in a row wait out each other's
-// five dependent shuffles.
+// Eight sums at once, each round's shuffles back to back: volatile asm keeps
+// its order, so eight warp_sum calls in a row wait out each other's five
+// dependent shuffles.
 inline void warp_sum8(float *v, __local float *scratch) {
     (void)scratch;
     for (int m = 16; m >= 1; m >>= 1) {
@@ -206,17 +206,6 @@ inline void warp_sum8(float *v, __local float *scratch) {
             float o;
             asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
             v[j] += o;
-        }
-    }
-}
-inline void warp_max8(float *v, __local float *scratch) {
-    (void)scratch;
-    for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
-            v[j] = fmax(v[j], o);
         }
     }
 }
@@ -247,8 +236,5 @@ inline float warp_max(float v, __local float *scratch) {
 }
 inline void warp_sum8(float *v, __local float *scratch) {
     for (int j = 0; j < 8; ++j) v[j] = warp_sum(v[j], scratch);
-}
-inline void warp_max8(float *v, __local float *scratch) {
-    for (int j = 0; j < 8; ++j) v[j] = warp_max(v[j], scratch);
 }
 #endif

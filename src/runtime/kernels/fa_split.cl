@@ -56,6 +56,20 @@ inline float fa_group_sum(float v, __local float *red) {
     return r;
 }
 
+// The merge's loads for chunks c0 .. c0 + FA_MERGE_BATCH - 1 (past the last
+// chunk: the last one again, which the caller drops), all issued before any
+// is used: each chunk's M, and its float at `at` (1: S, 2 + d: element d of
+// the accumulator) of its partial state.
+inline void fa_merge_load(const volatile __global float *p, int c0, int n_chunks, long DV,
+                          long at, float *m, float *x) {
+#pragma unroll
+    for (int j = 0; j < FA_MERGE_BATCH; ++j) {
+        const int cc = min(c0 + j, n_chunks - 1);
+        m[j] = p[cc * (DV + 2)];
+        x[j] = p[cc * (DV + 2) + at];
+    }
+}
+
 // Publishes this group's chunk, counts it on the (query, head) counter, and
 // lets the last group to arrive merge every chunk into dst (and its Q8_1
 // copy). Called by every work-item of the group; `outs` is local memory of
@@ -84,12 +98,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
         float Mx = -INFINITY, Sx = 0.0f;
         for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
             float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH];
-#pragma unroll
-            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-                const int cc = min(c0 + j, n_chunks - 1);
-                mc[j] = p[cc * (DV + 2)];
-                sc[j] = p[cc * (DV + 2) + 1];
-            }
+            fa_merge_load(p, c0, n_chunks, DV, 1, mc, sc);
 #pragma unroll
             for (int j = 0; j < FA_MERGE_BATCH; ++j) {
                 if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
@@ -106,12 +115,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
             float a = 0.0f;
             for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
                 float mc[FA_MERGE_BATCH], vc[FA_MERGE_BATCH];
-#pragma unroll
-                for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-                    const int cc = min(c0 + j, n_chunks - 1);
-                    mc[j] = p[cc * (DV + 2)];
-                    vc[j] = p[cc * (DV + 2) + 2 + d];
-                }
+                fa_merge_load(p, c0, n_chunks, DV, 2 + d, mc, vc);
 #pragma unroll
                 for (int j = 0; j < FA_MERGE_BATCH; ++j) {
                     if (c0 + j < n_chunks && mc[j] != -INFINITY) a += vc[j] * exp(mc[j] - Mx);
