@@ -88,6 +88,23 @@ inline int load_i32_a2(const __global char *p) {
     return (int)u.x | ((int)u.y << 16);
 }
 
+// N words of packed bytes from a 2-byte aligned address `qs`, as 4-byte
+// loads: where qs sits 2 bytes into a word, the words around it are loaded
+// and shifted together, and the last half-word comes from a 2-byte load at
+// qs + 4N - 2, so nothing past qs + 4N is read. N + 1 loads instead of
+// load_i32_a2's 2N: a warp's 2-byte loads at an 18-byte stride cost the
+// decode matvecs 13% of a GLU-shaped launch (docs/perf.md step 25).
+#define LOAD_WORDS_A2(qs, w, N)                                                       \
+    do {                                                                              \
+        const int mis_ = ((ulong)(qs) & 2) != 0;                                      \
+        const __global uint *p_ = (const __global uint *)((qs) - (mis_ ? 2 : 0));     \
+        uint x_[(N) + 1];                                                             \
+        _Pragma("unroll") for (int i_ = 0; i_ < (N); ++i_) x_[i_] = p_[i_];            \
+        x_[N] = *(const __global ushort *)((qs) + 4 * (N) - 2);                        \
+        _Pragma("unroll") for (int i_ = 0; i_ < (N); ++i_)                             \
+            (w)[i_] = (int)(mis_ ? ((x_[i_] >> 16) | (x_[i_ + 1] << 16)) : x_[i_]);   \
+    } while (0)
+
 // The value v takes after a round trip through IEEE half (round to nearest even),
 // which is what ggml's CPU backend does wherever it converts activations to F16.
 inline float round_f16(float v) {

@@ -73,11 +73,12 @@ inline void fa_merge_load(const volatile __global float *p, int c0, int n_chunks
 // Publishes this group's chunk, counts it on the (query, head) counter, and
 // lets the last group to arrive merge every chunk into dst (and its Q8_1
 // copy). Called by every work-item of the group; `outs` is local memory of
-// at least DV floats that is no longer read.
+// at least DV floats that is no longer read, `red` of wg floats.
 inline void fa_publish_merge(__global float *part, ulong part_off, __global uint *cnt,
                              ulong cnt_off, long row, int n_chunks, long DV, long h, long iq,
                              long z, TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
-                             __local float *outs, __local int *last, int wg) {
+                             __local float *outs, __local float *red, __local int *last,
+                             int wg) {
     const int l = get_local_id(0);
     // Publish, count, and let the last group of this (query, head) merge. No
     // return before the barriers (PoCL 3.1 miscompiles that); `last` is
@@ -130,25 +131,32 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
         if (l == 0) atomic_xchg(ctr, 0u);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // One Q8_1 block (36 bytes) per work-item, exactly as kernel_quantize_q8_1.
-    if (merge && has_q8 && l < DV / FA_QK8_1) {
+    // dst's Q8_1 blocks (36 bytes), the bytes of kernel_quantize_q8_1 for
+    // finite values: a warp a block, a work-item an element. One work-item
+    // walking a block's 32 floats was a serial tail on every merging group.
+    if (merge && has_q8) {
+        const int lane = l % 32, warp = l / 32, blocks = (int)(DV / FA_QK8_1);
         // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
-        const long blk = (DV / FA_QK8_1) * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + l;
-        __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
-        const __local float *x = outs + l * FA_QK8_1;
-        float amax = 0.0f;
-        for (int j = 0; j < FA_QK8_1; ++j) amax = fmax(amax, fabs(x[j]));
-        const float d = qk_div(amax, 127.0f);
-        const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
-        uint sum = 0;
-        for (int j = 0; j < FA_QK8_1; ++j) {
-            const float vq = rint(x[j] * id);
+        const long blk0 = blocks * (h + dst_ne.s1 * (iq + dst_ne.s2 * z));
+        for (int b0 = 0; b0 < blocks; b0 += wg / 32) {
+            const int b = b0 + warp;
+            const float x = b < blocks ? outs[b * FA_QK8_1 + lane] : 0.0f;
+            const float amax = warp_max(fabs(x), red + warp * 32);
+            const float d = qk_div(amax, 127.0f);
+            const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
+            const float vq = rint(x * id);
             const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
-            sum += (uint)qi;
-            y[4 + j] = (char)clamp(qi, -128, 127);
+            // |qi| <= 127 for finite values, so the float sum is exact.
+            const float qsum = warp_sum((float)qi, red + warp * 32);
+            if (b < blocks) {
+                __global char *y = q8 + q8_off + (ulong)(blk0 + b) * FA_Q8_1_BYTES;
+                y[4 + lane] = (char)clamp(qi, -128, 127);
+                if (lane == 0) {
+                    store_f16(y, d);
+                    store_f16(y + 2, d * qsum);
+                }
+            }
         }
-        store_f16(y, d);
-        store_f16(y + 2, d * (float)(int)sum);
     }
 }
 
@@ -251,7 +259,7 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     }
 
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
-                     dst_ne, dst_nb, has_q8, q8, q8_off, qs, &last, FA_WG);
+                     dst_ne, dst_nb, has_q8, q8, q8_off, qs, red, &last, FA_WG);
 }
 #endif // POLYCL_STEP
 
@@ -388,5 +396,5 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     // accs[0..DV) is read above by other work-items: the barrier inside the
     // helper comes before it writes `outs`.
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
-                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, last, FV_WG);
+                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
 }

@@ -75,19 +75,17 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
         for (int m = 0; m < 2; ++m) {
             const __global char *wb = (m == 0 ? w0 : w1) + ib * 18;
             const float dw = vload_half(0, (const __global half *)wb);
+            int q[4];
+            LOAD_WORDS_A2(wb + 2, q, 4);
             int isum = 0;
-            int q = load_i32_a2(wb + 2);
-            isum = dot4(q & 0x0F0F0F0F, a.s0, isum);
-            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s4, isum);
-            q = load_i32_a2(wb + 6);
-            isum = dot4(q & 0x0F0F0F0F, a.s1, isum);
-            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s5, isum);
-            q = load_i32_a2(wb + 10);
-            isum = dot4(q & 0x0F0F0F0F, a.s2, isum);
-            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s6, isum);
-            q = load_i32_a2(wb + 14);
-            isum = dot4(q & 0x0F0F0F0F, a.s3, isum);
-            isum = dot4((q >> 4) & 0x0F0F0F0F, a.s7, isum);
+            isum = dot4(q[0] & 0x0F0F0F0F, a.s0, isum);
+            isum = dot4((q[0] >> 4) & 0x0F0F0F0F, a.s4, isum);
+            isum = dot4(q[1] & 0x0F0F0F0F, a.s1, isum);
+            isum = dot4((q[1] >> 4) & 0x0F0F0F0F, a.s5, isum);
+            isum = dot4(q[2] & 0x0F0F0F0F, a.s2, isum);
+            isum = dot4((q[2] >> 4) & 0x0F0F0F0F, a.s6, isum);
+            isum = dot4(q[3] & 0x0F0F0F0F, a.s3, isum);
+            isum = dot4((q[3] >> 4) & 0x0F0F0F0F, a.s7, isum);
             const float r = dw * (da * (float)isum - 8.0f * sa);
             if (m == 0) sum.x += r; else sum.y += r;
         }
@@ -107,15 +105,17 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
         for (int m = 0; m < 2; ++m) {
             const __global char *wb = (m == 0 ? w0 : w1) + ib * 34;
             const float dw = vload_half(0, (const __global half *)wb);
+            int q[8];
+            LOAD_WORDS_A2(wb + 2, q, 8);
             int isum = 0;
-            isum = dot4(load_i32_a2(wb + 2), a.s0, isum);
-            isum = dot4(load_i32_a2(wb + 6), a.s1, isum);
-            isum = dot4(load_i32_a2(wb + 10), a.s2, isum);
-            isum = dot4(load_i32_a2(wb + 14), a.s3, isum);
-            isum = dot4(load_i32_a2(wb + 18), a.s4, isum);
-            isum = dot4(load_i32_a2(wb + 22), a.s5, isum);
-            isum = dot4(load_i32_a2(wb + 26), a.s6, isum);
-            isum = dot4(load_i32_a2(wb + 30), a.s7, isum);
+            isum = dot4(q[0], a.s0, isum);
+            isum = dot4(q[1], a.s1, isum);
+            isum = dot4(q[2], a.s2, isum);
+            isum = dot4(q[3], a.s3, isum);
+            isum = dot4(q[4], a.s4, isum);
+            isum = dot4(q[5], a.s5, isum);
+            isum = dot4(q[6], a.s6, isum);
+            isum = dot4(q[7], a.s7, isum);
             const float r = dw * da * (float)isum;
             if (m == 0) sum.x += r; else sum.y += r;
         }
@@ -157,18 +157,17 @@ inline float mv_unit_q4_K(const __global char *wb, int j, int8 a, float da, floa
 // bits from ql[64n + 32(k & 1) + l] (high nibble for k >= 2), high 2 bits
 // from qh[32n + l] >> 2k, code - 32, int8 scales for each 16, so the -32
 // needs the sums of each half of the activation block (dp4a with ones).
-// Blocks are 210 bytes, so loads are 2-byte aligned.
+// Blocks are 210 bytes, so the code bytes are 2-byte aligned (LOAD_WORDS_A2).
 inline float mv_unit_q6_K(const __global char *wb, int g, int8 a, float da) {
     const int n = g >> 2, k = g & 3;
     const __global char *ql = wb + 64 * n + 32 * (k & 1);
     const __global char *qh = wb + 128 + 32 * n;
     const int shl = 4 * (k >> 1), shh = 2 * k;
-    int code[8];
-    for (int i = 0; i < 8; ++i) {
-        const int lo = (load_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
-        const int hi = (load_i32_a2(qh + 4 * i) >> shh) & 0x03030303;
-        code[i] = lo | (hi << 4);
-    }
+    int lw[8], hw[8], code[8];
+    LOAD_WORDS_A2(ql, lw, 8);
+    LOAD_WORDS_A2(qh, hw, 8);
+    for (int i = 0; i < 8; ++i)
+        code[i] = ((lw[i] >> shl) & 0x0F0F0F0F) | (((hw[i] >> shh) & 0x03030303) << 4);
     const int ones = 0x01010101;
     int s0 = 0, s1 = 0, as0 = 0, as1 = 0;
     s0 = dot4(code[0], a.s0, s0);

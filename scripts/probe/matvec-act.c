@@ -1,0 +1,280 @@
+// GLU-shaped decode matvecs (gate and up rows of Q4_0 against one Q8_1
+// activation row, silu(gate) * up out) by how a work-group is laid out (row
+// pairs a warp in sequence, warps a group, unroll), where the activations come
+// from (global memory, or staged in local memory once a group) and how a
+// block's code bytes are loaded (2-byte loads, or 4-byte words shifted
+// together). Checks each variant against a host reference and prints its time
+// per launch from profiling events and from a chain of launches without
+// events (what a launch costs back to back), cycling through enough weight
+// copies that L2 holds none. docs/perf.md step 25 has the H200's figures.
+// Build: cc -O2 matvec-act.c -lOpenCL -lm
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *SRC =
+    "#ifdef NV\n"
+    "inline int dot4(int a, int b, int c) { int r; asm volatile(\"dp4a.s32.s32 %0, %1, %2, %3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c)); return r; }\n"
+    "inline float wsum(float v, local float *scr) { for (int m = 16; m >= 1; m >>= 1) { float o;"
+    " asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(o) : \"f\"(v), \"r\"(m)); v += o; } return v; }\n"
+    "#else\n"
+    "inline int dot4(int a, int b, int c) { char4 x = as_char4(a), y = as_char4(b); return c + x.x*y.x + x.y*y.y + x.z*y.z + x.w*y.w; }\n"
+    "inline float wsum(float v, local float *scr) { const int l = get_local_id(0) % 32; scr[l] = v; barrier(CLK_LOCAL_MEM_FENCE);"
+    " float t = 0.0f; for (int i = 0; i < 32; ++i) t += scr[i]; barrier(CLK_LOCAL_MEM_FENCE); return t; }\n"
+    "#endif\n"
+    "inline int ld2(const global char *p) { ushort2 u = vload2(0, (const global ushort *)p); return (int)u.x | ((int)u.y << 16); }\n"
+    "inline int blk(int4 q, int8 a) { int s = 0;\n"
+    "  s = dot4(q.x & 0x0F0F0F0F, a.s0, s); s = dot4((q.x >> 4) & 0x0F0F0F0F, a.s4, s);\n"
+    "  s = dot4(q.y & 0x0F0F0F0F, a.s1, s); s = dot4((q.y >> 4) & 0x0F0F0F0F, a.s5, s);\n"
+    "  s = dot4(q.z & 0x0F0F0F0F, a.s2, s); s = dot4((q.z >> 4) & 0x0F0F0F0F, a.s6, s);\n"
+    "  s = dot4(q.w & 0x0F0F0F0F, a.s3, s); s = dot4((q.w >> 4) & 0x0F0F0F0F, a.s7, s); return s; }\n"
+    // Q4_0 block ib of a row: the 18 bytes from 2-byte loads (W16), or from the
+    // aligned 4-byte words around them (W32: 5 words, shifted when the block
+    // starts 2 bytes into a word).
+    "inline float wblk(const global char *row, int ib, int8 a, float da, float sa) {\n"
+    "#ifdef W32\n"
+    "  const long o = (long)ib * 18; const global uint *p = (const global uint *)(row + (o & ~3L)); const bool s = (o & 2) != 0;\n"
+    "  const uint w0 = p[0], w1 = p[1], w2 = p[2], w3 = p[3], w4 = p[4];\n"
+    "  const ushort hb = (ushort)(s ? (w0 >> 16) : (w0 & 0xffff));\n"
+    "  const float dw = vload_half(0, (const private half *)&hb);\n"
+    "  const int4 qq = s ? (int4)((int)w1, (int)w2, (int)w3, (int)w4)\n"
+    "                    : (int4)((int)(w0 >> 16 | w1 << 16), (int)(w1 >> 16 | w2 << 16), (int)(w2 >> 16 | w3 << 16), (int)(w3 >> 16 | w4 << 16));\n"
+    "  return dw * (da * (float)blk(qq, a) - 8.0f * sa);\n"
+    "#else\n"
+    "  const global char *wb = row + ib * 18; const float dw = vload_half(0, (const global half *)wb);\n"
+    "  const int4 q = (int4)(ld2(wb + 2), ld2(wb + 6), ld2(wb + 10), ld2(wb + 14));\n"
+    "  return dw * (da * (float)blk(q, a) - 8.0f * sa);\n"
+    "#endif\n"
+    "}\n"
+    // GLU-shaped: gate and up matrices, SEQ row pairs a warp in sequence,
+    // WARPS warps a group; activations from global (ggml Q8_1) or staged in
+    // local memory once per group (ACT_LOCAL).
+    "kernel void glu(const global char *wg, const global char *wu, const global char *act, global float *dst, int ncols, int nrows) {\n"
+    "  const int lane = get_local_id(0) % 32, warp = get_local_id(0) / 32; local float scr[1024];\n"
+    "  const int nb = ncols / 32; const long rb = (long)nb * 18;\n"
+    "#ifdef ACT_LOCAL\n"
+    "  local int al[ACT_LOCAL / 4];\n"
+    "  for (int i = get_local_id(0); i < nb * 9; i += get_local_size(0)) al[i] = ((const global int *)act)[i];\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "#define ASP local\n"
+    "  const local char *ap = (const local char *)al;\n"
+    "#else\n"
+    "#define ASP global\n"
+    "  const global char *ap = act;\n"
+    "#endif\n"
+    "  for (int k = 0; k < SEQ; ++k) {\n"
+    "    const int r = (get_group_id(0) * WARPS + warp) * SEQ + k; const int rr = min(r, nrows - 1);\n"
+    "    const global char *g = wg + rr * rb, *u = wu + rr * rb; float sg = 0.0f, su = 0.0f;\n"
+    "    _Pragma(\"unroll UNROLL\") for (int ib = lane; ib < nb; ib += 32) {\n"
+    "      const ASP char *ab = ap + ib * 36; const float da = vload_half(0, (const ASP half *)ab), sa = vload_half(1, (const ASP half *)ab);\n"
+    "      const int8 a = vload8(0, (const ASP int *)(ab + 4));\n"
+    "      sg += wblk(g, ib, a, da, sa); su += wblk(u, ib, a, da, sa); }\n"
+    "    const float tg = wsum(sg, scr + warp * 32), tu = wsum(su, scr + warp * 32);\n"
+    "    if (lane == 0 && r < nrows) dst[r] = tg / (1.0f + exp(-tg)) * tu; } }\n"
+    "kernel void readbw(const global int4 *w, global int *dst, long n) {\n"
+    "  int4 s = 0; for (long i = get_global_id(0); i < n; i += get_global_size(0)) s ^= w[i];\n"
+    "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345) dst[0] = 1; }\n";
+
+static uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+    if (e < 103) return sign;
+    if (e < 113) return sign | ((m | 0x800000) >> (126 - e));
+    return sign | ((e - 112) << 10) | (m >> 13);
+}
+static float h2f(uint16_t h) {
+    uint32_t s = (h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, x;
+    if (e == 0) {
+        float v = m / 1024.0f / 16384.0f;
+        return s ? -v : v;
+    }
+    x = s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+int main(int argc, char **argv) {
+    cl_platform_id p;
+    cl_device_id d;
+    cl_int e;
+    clGetPlatformIDs(1, &p, NULL);
+    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL);
+    char vendor[256];
+    clGetDeviceInfo(d, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    const int nv = strstr(vendor, "NVIDIA") != NULL;
+    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &e);
+    cl_command_queue q = clCreateCommandQueue(ctx, d, CL_QUEUE_PROFILING_ENABLE, &e);
+    const long big = argc > 1 ? atol(argv[1]) : (1L << 30);  // bytes of weights cycled through
+    const int shapes[][2] = {{4096, 22016}, {4096, 12288}, {11008, 4096}, {4096, 4096}, {2048, 11264}};
+    for (int si = 0; si < 5; ++si) {
+        const int ncols = shapes[si][0], nrows = shapes[si][1], nb = ncols / 32;
+        const long mat = (long)nrows * nb * 18;
+        const int ncopies = (int)(big / mat) + 1 > 64 ? 64 : (int)(big / mat) + 1;
+        uint8_t *aos = malloc(mat), *soa = malloc(mat);
+        uint8_t *act = malloc(nb * 36), *acts = malloc(nb * 36);
+        float *xa = malloc(sizeof(float) * ncols), *ref = malloc(sizeof(float) * nrows), *out = malloc(sizeof(float) * nrows);
+        srand(si + 1);
+        for (long i = 0; i < mat; ++i) aos[i] = rand() & 0xff;
+        for (int r = 0; r < nrows; ++r)
+            for (int b = 0; b < nb; ++b) {
+                uint16_t h = f2h((rand() % 2000 - 1000) / 1e5f);
+                memcpy(aos + ((long)r * nb + b) * 18, &h, 2);
+                memcpy(soa + (long)r * nb * 18 + (long)b * 16, aos + ((long)r * nb + b) * 18 + 2, 16);
+                memcpy(soa + (long)r * nb * 18 + (long)nb * 16 + b * 2, &h, 2);
+            }
+        for (int b = 0; b < nb; ++b) {
+            float da = (rand() % 1000 + 1) / 1e4f;
+            int qs = 0;
+            for (int j = 0; j < 32; ++j) {
+                int8_t v = (int8_t)(rand() % 255 - 127);
+                act[b * 36 + 4 + j] = (uint8_t)v;
+                acts[b * 32 + j] = (uint8_t)v;
+                qs += v;
+            }
+            uint16_t hd = f2h(da), hs = f2h(da * qs);
+            memcpy(act + b * 36, &hd, 2);
+            memcpy(act + b * 36 + 2, &hs, 2);
+            memcpy(acts + nb * 32 + b * 4, &hd, 2);
+            memcpy(acts + nb * 32 + b * 4 + 2, &hs, 2);
+            for (int j = 0; j < 32; ++j) xa[b * 32 + j] = h2f(hd) * (int8_t)act[b * 36 + 4 + j];
+        }
+        for (int r = 0; r < nrows; ++r) {
+            double s = 0;
+            for (int b = 0; b < nb; ++b) {
+                const uint8_t *blk = aos + ((long)r * nb + b) * 18;
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                const float dw = h2f(h);
+                for (int j = 0; j < 16; ++j) {
+                    s += dw * ((blk[2 + j] & 15) - 8) * xa[b * 32 + j];
+                    s += dw * ((blk[2 + j] >> 4) - 8) * xa[b * 32 + 16 + j];
+                }
+            }
+            ref[r] = (float)s;
+        }
+        cl_mem wa = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies + 64, NULL, &e);
+        cl_mem ws = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies, NULL, &e);
+        for (int c = 0; c < ncopies; ++c) {
+            clEnqueueWriteBuffer(q, wa, CL_TRUE, mat * c, mat, aos, 0, NULL, NULL);
+            clEnqueueWriteBuffer(q, ws, CL_TRUE, mat * c, mat, soa, 0, NULL, NULL);
+        }
+        cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, act, &e);
+        cl_mem bs = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, acts, &e);
+        cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
+        struct { int seq, warps, unroll, act_local, w32; } vs[] = {
+            {4, 8, 4, 0, 0}, {4, 8, 4, 1, 0}, {4, 8, 4, 0, 1}, {4, 8, 4, 1, 1},
+            {1, 8, 4, 0, 0}, {1, 8, 4, 1, 0}, {1, 8, 4, 1, 1}, {2, 8, 4, 1, 1},
+            {4, 8, 2, 1, 1}, {4, 4, 4, 1, 1}, {1, 4, 4, 1, 1}, {8, 4, 4, 1, 1},
+        };
+        const int half_rows = nrows / 2;
+        printf("== %d x %d Q4_0 as gate + up of %d rows (%.1f MB, %d copies)\n", ncols, nrows, half_rows, mat / 1e6, ncopies);
+        for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; ++vi) {
+            char opts[256];
+            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d %s %s %s", vs[vi].seq, vs[vi].warps, vs[vi].unroll,
+                     vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "", nv ? "-DNV" : "");
+            if (vs[vi].act_local && nb * 36 > 16384) continue;
+            cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
+            if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
+                char log[8192];
+                clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+                printf("build failed: %s\n", log);
+                return 1;
+            }
+            cl_kernel k = clCreateKernel(pr, "glu", &e);
+            clSetKernelArg(k, 2, sizeof(cl_mem), &ba);
+            clSetKernelArg(k, 3, sizeof(cl_mem), &bd);
+            clSetKernelArg(k, 4, sizeof(int), &ncols);
+            clSetKernelArg(k, 5, sizeof(int), &half_rows);
+            const size_t local = 32 * vs[vi].warps;
+            const size_t rows_wg = vs[vi].warps * vs[vi].seq;
+            const size_t global = (half_rows + rows_wg - 1) / rows_wg * local;
+            const int iters = getenv("ITERS") ? atoi(getenv("ITERS")) : 200;
+            cl_mem subs[2][64];
+            for (int c = 0; c < ncopies && c < 64; ++c)
+                for (int h = 0; h < 2; ++h) {
+                    cl_buffer_region reg = {mat * c + (size_t)h * half_rows * nb * 18, (size_t)half_rows * nb * 18};
+                    subs[h][c] = clCreateSubBuffer(wa, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+                }
+            double gpu = 0;
+            cl_event ev[200];
+            for (int it = 0; it < iters; ++it) {
+                clSetKernelArg(k, 0, sizeof(cl_mem), &subs[0][it % ncopies]);
+                clSetKernelArg(k, 1, sizeof(cl_mem), &subs[1][it % ncopies]);
+                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
+            }
+            clFinish(q);
+            for (int it = 10; it < iters; ++it) {
+                cl_ulong t0, t1;
+                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+                gpu += (t1 - t0) / 1e3;
+                clReleaseEvent(ev[it]);
+            }
+            gpu /= iters - 10;
+            // The same launches back to back without events: what one costs in a chain.
+            struct timespec c0, c1;
+            clock_gettime(CLOCK_MONOTONIC, &c0);
+            for (int it = 0; it < iters; ++it) {
+                clSetKernelArg(k, 0, sizeof(cl_mem), &subs[0][it % ncopies]);
+                clSetKernelArg(k, 1, sizeof(cl_mem), &subs[1][it % ncopies]);
+                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+            }
+            clFinish(q);
+            clock_gettime(CLOCK_MONOTONIC, &c1);
+            const double chain = ((c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec)) / 1e3 / iters;
+            for (int c = 0; c < ncopies && c < 64; ++c) { clReleaseMemObject(subs[0][c]); clReleaseMemObject(subs[1][c]); }
+            clEnqueueReadBuffer(q, bd, CL_TRUE, 0, sizeof(float) * half_rows, out, 0, NULL, NULL);
+            double err = 0, mag = 0;
+            for (int r = 0; r < half_rows; ++r) {
+                const double g = ref[r], u = ref[r + half_rows], y = g / (1.0 + exp(-g)) * u;
+                err = fmax(err, fabs(out[r] - y));
+                mag = fmax(mag, fabs(y));
+            }
+            printf("seq %d warps %d unroll %d act %-6s w %-3s  event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
+                   vs[vi].seq, vs[vi].warps, vs[vi].unroll, vs[vi].act_local ? "local" : "global", vs[vi].w32 ? "u32" : "u16",
+                   gpu, mat / gpu / 1e3, chain, mat / chain / 1e3, err / mag, err / mag > 1e-3 ? "  WRONG" : "");
+            clReleaseKernel(k);
+            clReleaseProgram(pr);
+        }
+        {
+            cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
+            clBuildProgram(pr, 1, &d, nv ? "-DNV -DSEQ=1 -DWARPS=1 -DUNROLL=1" : "-DSEQ=1 -DWARPS=1 -DUNROLL=1", NULL, NULL);
+            cl_kernel k = clCreateKernel(pr, "readbw", &e);
+            const long n = mat / 16;
+            clSetKernelArg(k, 1, sizeof(cl_mem), &bd);
+            clSetKernelArg(k, 2, sizeof(long), &n);
+            const size_t local = 256, global = 132 * 2048;
+            double gpu = 0;
+            for (int it = 0; it < 50; ++it) {
+                cl_buffer_region reg = {mat * (it % ncopies), mat};
+                cl_mem sub = clCreateSubBuffer(wa, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+                clSetKernelArg(k, 0, sizeof(cl_mem), &sub);
+                cl_event ev;
+                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev);
+                clWaitForEvents(1, &ev);
+                cl_ulong t0, t1;
+                clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+                clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+                if (it >= 10) gpu += (t1 - t0) / 1e3;
+                clReleaseEvent(ev);
+                clReleaseMemObject(sub);
+            }
+            gpu /= 40;
+            printf("readbw (plain int4 read of the same bytes)     %7.2f us  %6.0f GB/s\n", gpu, mat / gpu / 1e3);
+        }
+        clReleaseMemObject(wa);
+        clReleaseMemObject(ws);
+        clReleaseMemObject(ba);
+        clReleaseMemObject(bs);
+        clReleaseMemObject(bd);
+        free(aos); free(soa); free(act); free(acts); free(xa); free(ref); free(out);
+    }
+    return 0;
+}
