@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "q4_0-case.h"
+
 static const char *SRC =
     "#ifdef NV\n"
     "inline int dot4(int a, int b, int c) { int r; asm volatile(\"dp4a.s32.s32 %0, %1, %2, %3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c)); return r; }\n"
@@ -65,26 +67,6 @@ static const char *SRC =
     "  int4 s = 0; for (long i = get_global_id(0); i < n; i += get_global_size(0)) s ^= w[i];\n"
     "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345) dst[0] = 1; }\n";
 
-static uint16_t f2h(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
-    if (e < 103) return sign;
-    if (e < 113) return sign | ((m | 0x800000) >> (126 - e));
-    return sign | ((e - 112) << 10) | (m >> 13);
-}
-static float h2f(uint16_t h) {
-    uint32_t s = (h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, x;
-    if (e == 0) {
-        float v = m / 1024.0f / 16384.0f;
-        return s ? -v : v;
-    }
-    x = s | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
 int main(int argc, char **argv) {
     cl_platform_id p;
     cl_device_id d;
@@ -104,45 +86,18 @@ int main(int argc, char **argv) {
         const int ncopies = (int)(big / mat) + 1;
         uint8_t *aos = malloc(mat), *soa = malloc(mat);
         uint8_t *act = malloc(nb * 36), *acts = malloc(nb * 36);
-        float *xa = malloc(sizeof(float) * ncols), *ref = malloc(sizeof(float) * nrows), *out = malloc(sizeof(float) * nrows);
-        srand(si + 1);
-        for (long i = 0; i < mat; ++i) aos[i] = rand() & 0xff;
+        float *ref = malloc(sizeof(float) * nrows), *out = malloc(sizeof(float) * nrows);
+        q4_0_case(ncols, nrows, si + 1, aos, act, ref);
+        // The split layouts of the same bytes: codes then scales, per row.
         for (int r = 0; r < nrows; ++r)
             for (int b = 0; b < nb; ++b) {
-                uint16_t h = f2h((rand() % 2000 - 1000) / 1e5f);
-                memcpy(aos + ((long)r * nb + b) * 18, &h, 2);
-                memcpy(soa + (long)r * nb * 18 + (long)b * 16, aos + ((long)r * nb + b) * 18 + 2, 16);
-                memcpy(soa + (long)r * nb * 18 + (long)nb * 16 + b * 2, &h, 2);
+                const uint8_t *blk = aos + ((long)r * nb + b) * 18;
+                memcpy(soa + (long)r * nb * 18 + (long)b * 16, blk + 2, 16);
+                memcpy(soa + (long)r * nb * 18 + (long)nb * 16 + b * 2, blk, 2);
             }
         for (int b = 0; b < nb; ++b) {
-            float da = (rand() % 1000 + 1) / 1e4f;
-            int qs = 0;
-            for (int j = 0; j < 32; ++j) {
-                int8_t v = (int8_t)(rand() % 255 - 127);
-                act[b * 36 + 4 + j] = (uint8_t)v;
-                acts[b * 32 + j] = (uint8_t)v;
-                qs += v;
-            }
-            uint16_t hd = f2h(da), hs = f2h(da * qs);
-            memcpy(act + b * 36, &hd, 2);
-            memcpy(act + b * 36 + 2, &hs, 2);
-            memcpy(acts + nb * 32 + b * 4, &hd, 2);
-            memcpy(acts + nb * 32 + b * 4 + 2, &hs, 2);
-            for (int j = 0; j < 32; ++j) xa[b * 32 + j] = h2f(hd) * (int8_t)act[b * 36 + 4 + j];
-        }
-        for (int r = 0; r < nrows; ++r) {
-            double s = 0;
-            for (int b = 0; b < nb; ++b) {
-                const uint8_t *blk = aos + ((long)r * nb + b) * 18;
-                uint16_t h;
-                memcpy(&h, blk, 2);
-                const float dw = h2f(h);
-                for (int j = 0; j < 16; ++j) {
-                    s += dw * ((blk[2 + j] & 15) - 8) * xa[b * 32 + j];
-                    s += dw * ((blk[2 + j] >> 4) - 8) * xa[b * 32 + 16 + j];
-                }
-            }
-            ref[r] = (float)s;
+            memcpy(acts + b * 32, act + b * 36 + 4, 32);
+            memcpy(acts + nb * 32 + b * 4, act + b * 36, 4);
         }
         cl_mem wa = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies, NULL, &e);
         cl_mem ws = clCreateBuffer(ctx, CL_MEM_READ_ONLY, mat * ncopies, NULL, &e);
@@ -242,7 +197,7 @@ int main(int argc, char **argv) {
         clReleaseMemObject(ba);
         clReleaseMemObject(bs);
         clReleaseMemObject(bd);
-        free(aos); free(soa); free(act); free(acts); free(xa); free(ref); free(out);
+        free(aos); free(soa); free(act); free(acts); free(ref); free(out);
     }
     return 0;
 }
