@@ -3,7 +3,8 @@
 // pairs a warp in sequence, warps a group, unroll), where the activations come
 // from (global memory, or staged in local memory once a group) and how a
 // block's code bytes are loaded (2-byte loads, or 4-byte words shifted
-// together). Checks each variant against a host reference and prints its time
+// together), and whether its scalars are kernel arguments or come from a
+// constant buffer (PK). Checks each variant against a host reference and prints its time
 // per launch from profiling events and from a chain of launches without
 // events (what a launch costs back to back), cycling through enough weight
 // copies that L2 holds none. docs/perf.md step 25 has the H200's figures.
@@ -56,7 +57,16 @@ static const char *SRC =
     // GLU-shaped: gate and up matrices, SEQ row pairs a warp in sequence,
     // WARPS warps a group; activations from global (ggml Q8_1) or staged in
     // local memory once per group (ACT_LOCAL).
-    "kernel void glu(const global char *wg, const global char *wu, const global char *act, global float *dst, int ncols, int nrows) {\n"
+    // PK=n: the shape and n - 2 more 8-byte scalars (zeros, added into the
+    // row addresses so none is dead) come from a constant buffer, the way
+    // polycl's packed decode kernels take theirs, instead of kernel arguments.
+    "kernel void glu(const global char *wg0, const global char *wu0, const global char *act, global float *dst, int ncols_a, int nrows_a, constant ulong *pk) {\n"
+    "#if PK > 0\n"
+    "  const int ncols = (int)pk[0], nrows = (int)pk[1]; long z = 0; for (int i = 2; i < PK; ++i) z += (long)pk[i];\n"
+    "#else\n"
+    "  const int ncols = ncols_a, nrows = nrows_a; const long z = 0;\n"
+    "#endif\n"
+    "  const global char *wg = wg0 + z, *wu = wu0 + z;\n"
     "  const int lane = get_local_id(0) % 32, warp = get_local_id(0) / 32; local float scr[1024];\n"
     "  const int nb = ncols / 32; const long rb = (long)nb * 18;\n"
     "#ifdef ACT_LOCAL\n"
@@ -107,17 +117,23 @@ int main(int argc, char **argv) {
         for (int c = 0; c < ncopies; ++c) clEnqueueWriteBuffer(q, wa, CL_TRUE, mat * c, mat, aos, 0, NULL, NULL);
         cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, act, &e);
         cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
-        struct { int seq, warps, unroll, act_local, w32; } vs[] = {
-            {4, 8, 4, 0, 0}, {4, 8, 4, 1, 0}, {4, 8, 4, 0, 1}, {4, 8, 4, 1, 1},
-            {1, 8, 4, 0, 0}, {1, 8, 4, 1, 0}, {1, 8, 4, 1, 1}, {2, 8, 4, 1, 1},
-            {4, 8, 2, 1, 1}, {4, 4, 4, 1, 1}, {1, 4, 4, 1, 1}, {8, 4, 4, 1, 1},
+        struct { int seq, warps, unroll, act_local, w32, pk; } vs[] = {
+            {4, 8, 4, 0, 0, 0}, {4, 8, 4, 1, 0, 0}, {4, 8, 4, 0, 1, 0}, {4, 8, 4, 1, 1, 0},
+            {1, 8, 4, 0, 0, 0}, {1, 8, 4, 1, 0, 0}, {1, 8, 4, 1, 1, 0}, {2, 8, 4, 1, 1, 0},
+            {4, 8, 2, 1, 1, 0}, {4, 4, 4, 1, 1, 0}, {1, 4, 4, 1, 1, 0}, {8, 4, 4, 1, 1, 0},
+            // The GLU kernel's and the group kernels' frames with scalars from a
+            // constant buffer: 2, and 64 (the GLU kernel reads ~60).
+            {4, 8, 4, 0, 1, 2}, {4, 8, 4, 0, 1, 64}, {1, 4, 4, 0, 1, 0}, {1, 4, 4, 0, 1, 64},
         };
+        cl_ulong pk_host[64] = {(cl_ulong)ncols, (cl_ulong)(nrows / 2)};
+        cl_mem bpk = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pk_host, pk_host, &e);
         const int half_rows = nrows / 2;
         printf("== %d x %d Q4_0 as gate + up of %d rows (%.1f MB, %d copies)\n", ncols, nrows, half_rows, mat / 1e6, ncopies);
         for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; ++vi) {
             char opts[256];
-            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d %s %s %s", vs[vi].seq, vs[vi].warps, vs[vi].unroll,
-                     vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "", nv ? "-DNV" : "");
+            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d -DPK=%d %s %s %s", vs[vi].seq, vs[vi].warps,
+                     vs[vi].unroll, vs[vi].pk, vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "",
+                     nv ? "-DNV" : "");
             if (vs[vi].act_local && nb * 36 > 16384) continue;
             cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
             if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
@@ -131,6 +147,7 @@ int main(int argc, char **argv) {
             clSetKernelArg(k, 3, sizeof(cl_mem), &bd);
             clSetKernelArg(k, 4, sizeof(int), &ncols);
             clSetKernelArg(k, 5, sizeof(int), &half_rows);
+            clSetKernelArg(k, 6, sizeof(cl_mem), &bpk);
             const size_t local = 32 * vs[vi].warps;
             const size_t rows_wg = vs[vi].warps * vs[vi].seq;
             const size_t global = (half_rows + rows_wg - 1) / rows_wg * local;
@@ -176,15 +193,15 @@ int main(int argc, char **argv) {
                 err = fmax(err, fabs(out[r] - y));
                 mag = fmax(mag, fabs(y));
             }
-            printf("seq %d warps %d unroll %d act %-6s w %-3s  event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
-                   vs[vi].seq, vs[vi].warps, vs[vi].unroll, vs[vi].act_local ? "local" : "global", vs[vi].w32 ? "u32" : "u16",
+            printf("seq %d warps %d unroll %d act %-6s w %-3s pk %2d  event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
+                   vs[vi].seq, vs[vi].warps, vs[vi].unroll, vs[vi].act_local ? "local" : "global", vs[vi].w32 ? "u32" : "u16", vs[vi].pk,
                    gpu, mat / gpu / 1e3, chain, mat / chain / 1e3, err / mag, err / mag > 1e-3 ? "  WRONG" : "");
             clReleaseKernel(k);
             clReleaseProgram(pr);
         }
         {
             cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
-            clBuildProgram(pr, 1, &d, nv ? "-DNV -DSEQ=1 -DWARPS=1 -DUNROLL=1" : "-DSEQ=1 -DWARPS=1 -DUNROLL=1", NULL, NULL);
+            clBuildProgram(pr, 1, &d, nv ? "-DNV -DSEQ=1 -DWARPS=1 -DUNROLL=1 -DPK=0" : "-DSEQ=1 -DWARPS=1 -DUNROLL=1 -DPK=0", NULL, NULL);
             cl_kernel k = clCreateKernel(pr, "readbw", &e);
             const long n = mat / 16;
             clSetKernelArg(k, 1, sizeof(cl_mem), &bd);
@@ -211,6 +228,7 @@ int main(int argc, char **argv) {
         clReleaseMemObject(wa);
         clReleaseMemObject(ba);
         clReleaseMemObject(bd);
+        clReleaseMemObject(bpk);
         free(aos); free(act); free(ref); free(out);
     }
     return 0;
