@@ -32,10 +32,14 @@ done
 # (flash attention on the prompt shapes of up to 1024 keys: the emulation
 # takes minutes on the 4096-16384-key cases, which the float tile covers).
 if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
-  for run in MUL_MAT:fast FLASH_ATTN_EXT:fast MUL_MAT:mma FLASH_ATTN_EXT:mma; do
+  for run in MUL_MAT:fast FLASH_ATTN_EXT:fast FLASH_ATTN_EXT:onechunk MUL_MAT:mma FLASH_ATTN_EXT:mma; do
     op=${run%%:*} kind=${run#*:}
     filter=()
     [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(3|32|75),")
+    # "onechunk": the decode shapes with the cache split as little as the
+    # split kernel allows (POLYCL_FA_GROUPS=1), so every head of up to 256
+    # positions is one chunk and takes the path without the merge's counter.
+    [[ $kind == onechunk ]] && filter=(-p "nb=1,")
     # The mma runs must reach the tensor-core kernels, not only pass through
     # their fallbacks: the plan log (POLYCL_LOG) names every launch.
     case $run in
@@ -45,6 +49,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     esac
     log=$(mktemp); rc=0
     POLYCL_FAST_KERNELS=1 POLYCL_MMA=$([[ $kind == mma ]] && echo 1 || echo 0) \
+      POLYCL_FA_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 256) \
       POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')

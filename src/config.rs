@@ -14,6 +14,7 @@
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
+//! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; one chunk a head needs no merge), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
@@ -46,6 +47,8 @@ pub struct Config {
     pub flush_every: usize,
     /// Loop unroll of the decode matvecs' block loop (`POLYCL_MV_UNROLL`).
     pub mv_unroll: u32,
+    /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
+    pub fa_groups: u32,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
     pub mma_tile: MmaTile,
     /// GPU time per kernel in the log (`POLYCL_PROFILE`).
@@ -189,6 +192,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse_skip: Vec::new(),
         flush_every: 16,
         mv_unroll: 4,
+        fa_groups: 256,
         step_groups_per_cu: 4,
         step_max_mb: 8,
         ..Default::default()
@@ -316,6 +320,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (32..=255).contains(&n) => c.step_maxrreg = Some(n),
             _ => c.problems.push(format!(
                 "POLYCL_STEP_MAXRREG={v:?}: expected an integer from 32 to 255; no cap"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FA_GROUPS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (1..=65536).contains(&n) => c.fa_groups = n,
+            _ => c.problems.push(format!(
+                "POLYCL_FA_GROUPS={v:?}: expected an integer from 1 to 65536; using 256"
             )),
         }
     }
@@ -452,6 +464,21 @@ mod tests {
             Some(vec![1, 0])
         );
         assert!(!with(&[("POLYCL_DEVICES", "1,1")]).problems.is_empty());
+    }
+
+    #[test]
+    fn flash_attention_groups() {
+        assert_eq!(with(&[]).fa_groups, 256);
+        assert_eq!(with(&[("POLYCL_FA_GROUPS", "32")]).fa_groups, 32);
+        for bad in ["0", "65537", "many"] {
+            let c = with(&[("POLYCL_FA_GROUPS", bad)]);
+            assert_eq!(c.fa_groups, 256);
+            assert!(
+                c.problems[0].contains("POLYCL_FA_GROUPS"),
+                "{:?}",
+                c.problems
+            );
+        }
     }
 
     #[test]

@@ -24,11 +24,12 @@ use std::ffi::c_void;
 
 /// KV positions per chunk of the split kernel: at most MAX_CHUNK, at least
 /// one tile of keys (FA_TILE), and small enough that a short cache still
-/// gives the device about TARGET_GROUPS work-groups (a 7B model's 32 heads at
-/// 256 positions would otherwise be 32 groups on a 132-SM GPU).
+/// gives the device about `POLYCL_FA_GROUPS` (default 256) work-groups (a 7B
+/// model's 32 heads at 256 positions would otherwise be 32 groups on a
+/// 132-SM GPU). Fewer groups trade parallelism for the merge: a head whose
+/// cache is one chunk skips it.
 const MAX_CHUNK: i64 = 256;
 const MIN_CHUNK: i64 = 32;
-const TARGET_GROUPS: i64 = 256;
 /// Queries per graph node up to which the split kernel is used.
 const MAX_SPLIT_QUERIES: i64 = 8;
 const FA_WG: usize = 64;
@@ -38,7 +39,7 @@ const FV_WG: usize = 128;
 fn chunk(q: &TensorType, k: &TensorType) -> i64 {
     let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
     let want = ((k.ne[1] * rows).max(0) as u64)
-        .div_ceil(TARGET_GROUPS as u64)
+        .div_ceil(config::get().fa_groups as u64)
         .max(1);
     want.next_power_of_two()
         .clamp(MIN_CHUNK as u64, MAX_CHUNK as u64) as i64

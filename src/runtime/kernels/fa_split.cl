@@ -82,15 +82,22 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     const int l = get_local_id(0);
     // Publish, count, and let the last group of this (query, head) merge. No
     // return before the barriers (PoCL 3.1 miscompiles that); `last` is
-    // uniform over the group.
-    device_fence();
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    // uniform over the group. A lone chunk is its own last group: it needs
+    // its partial state visible to itself only, not the device-wide fence and
+    // the counter's round trip.
     volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
-    if (l == 0) *last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+    if (n_chunks > 1) {
+        device_fence();
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        if (l == 0) *last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+    } else {
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        if (l == 0) *last = 1;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int merge = *last;
     if (merge) {
-        device_fence();
+        if (n_chunks > 1) device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
         // Every chunk's (M, S), FA_MERGE_BATCH chunks' loads in flight at a
         // time, the maximum and the sum kept online: loops that used each
@@ -128,7 +135,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
         }
         // Every group of this (query, head) has counted, so nobody else
         // touches the counter in this launch; the next launch sees 0.
-        if (l == 0) atomic_xchg(ctr, 0u);
+        if (l == 0 && n_chunks > 1) atomic_xchg(ctr, 0u);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     // dst's Q8_1 blocks (36 bytes), the bytes of kernel_quantize_q8_1 for
