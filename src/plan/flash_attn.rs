@@ -26,8 +26,9 @@ use std::ffi::c_void;
 /// one tile of keys (FA_TILE), and small enough that a short cache still
 /// gives the device about `POLYCL_FA_GROUPS` (default 256) work-groups (a 7B
 /// model's 32 heads at 256 positions would otherwise be 32 groups on a
-/// 132-SM GPU). Fewer groups trade parallelism for the merge: a head whose
-/// cache is one chunk skips it.
+/// 132-SM GPU). Fewer groups trade parallelism for the merge's round trips:
+/// a head whose cache is one chunk skips the device-wide fence and the
+/// arrival counter.
 const MAX_CHUNK: i64 = 256;
 const MIN_CHUNK: i64 = 32;
 /// Queries per graph node up to which the split kernel is used.
