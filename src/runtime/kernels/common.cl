@@ -94,6 +94,7 @@ inline int load_i32_a2(const __global char *p) {
 // qs + 4N - 2, so nothing past qs + 4N is read. N + 1 loads instead of
 // load_i32_a2's 2N: a warp's 2-byte loads at an 18-byte stride cost the
 // decode matvecs 13% of a GLU-shaped launch (docs/perf.md step 25).
+#ifndef POLYCL_STEP
 #define LOAD_WORDS_A2(qs, w, N)                                                       \
     do {                                                                              \
         const int mis_ = ((ulong)(qs) & 2) != 0;                                      \
@@ -104,6 +105,16 @@ inline int load_i32_a2(const __global char *p) {
         _Pragma("unroll") for (int i_ = 0; i_ < (N); ++i_)                             \
             (w)[i_] = (int)(mis_ ? ((x_[i_] >> 16) | (x_[i_ + 1] << 16)) : x_[i_]);   \
     } while (0)
+#else
+// The step program keeps load_i32_a2: with the word loads, PoCL's compile of
+// its one large kernel went from ~4 minutes to more than 7 (stopped there;
+// CI's POLYCL_STEP=1 greedy run gives it 10), and the step kernel is opt-in
+// and no faster (docs/perf.md step 10).
+#define LOAD_WORDS_A2(qs, w, N)                                                       \
+    do {                                                                              \
+        for (int i_ = 0; i_ < (N); ++i_) (w)[i_] = load_i32_a2((qs) + 4 * i_);          \
+    } while (0)
+#endif
 
 // The value v takes after a round trip through IEEE half (round to nearest even),
 // which is what ggml's CPU backend does wherever it converts activations to F16.
