@@ -13,6 +13,12 @@
 #   CUDA=OFF stage=twice bash scripts/bench-gpu.sh  # polycl alone: each decode kernel's cost in the
 #                                            # launch chain (POLYCL_PROFILE_TWICE), 7B Q4_0 fa1
 #   CUDA=OFF stage=tiles bash scripts/bench-gpu.sh  # polycl alone: prompt speed per POLYCL_MMA_TILE
+#   CUDA=OFF stage=ab POLYCL_LIB_OLD=old.so bash scripts/bench-gpu.sh  # two polycl builds, decode
+#                                            # tg128 fa1, alternating OLD NEW OLD NEW (AB_MODELS)
+#   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
+#                                            # one build, a variable's values, alternating, twice
+#   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
+#   default "m7-q4_0 m1-q4_0 m7-q8_0")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=${W:-/tmp/polycl-gpu}
@@ -157,12 +163,51 @@ profile() { # polycl alone: decode with fusions off, on, and on but the newest; 
 
 twice() { # each decode kernel launched twice: the slowdown is its cost inside the chain
   local k
-  for k in none kernel_fused_rms_norm_wide kernel_mul_mv_group_rope_q4_0 kernel_fa_vec kernel_mul_mv_q4_0 \
-    kernel_mul_mv_glu_q4_0 none; do
+  for k in none kernel_mul_mv_group_rope_q4_0 kernel_fa_vec kernel_mul_mv_norm_q4_0 kernel_mul_mv_glu_q4_0 \
+    kernel_mul_mv_q4_0 kernel_fused_rms_norm_wide none; do
     echo "== POLYCL_PROFILE_TWICE=$k"
     # "x" names no kernel: the baseline pays the same name check per launch.
     POLYCL_PROFILE_TWICE=${k/none/x} GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$W/m7-q4_0.gguf" \
       -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error"
+  done
+}
+
+ab_models() { # the AB_MODELS files, made where missing (name m<preset>-<type>, preset 7 -> 7b)
+  local m preset
+  for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+    preset=${m%%-*} preset=${preset#m}
+    [[ $preset =~ ^[0-9]+$ ]] && preset=${preset}b
+    [[ -f $W/$m.gguf ]] || python3 scripts/make-model-raw.py "$W/$m.gguf" --preset "$preset" \
+      --type "${m#*-}" > /dev/null &
+  done
+  wait
+}
+
+tg_fa1() { # model name, then VAR=value assignments: tg128 fa1 t/s of polycl ($LIB unless set)
+  local m=$1
+  shift
+  env GGML_BACKEND_PATH=$LIB "$@" timeout 300 "$BIN/llama-bench" -m "$W/$m.gguf" -dev POLYCL0 -ngl 99 \
+    -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}' | tr -s ' '
+}
+
+ab() { # POLYCL_LIB_OLD against $LIB: alternating, so drift between runs shows as spread
+  local old=${POLYCL_LIB_OLD:?stage=ab needs POLYCL_LIB_OLD, the build to compare against} m side
+  for side in OLD NEW OLD NEW; do
+    for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+      if [[ $side == OLD ]]; then echo "== $m OLD $(tg_fa1 "$m" GGML_BACKEND_PATH="$old")"
+      else echo "== $m NEW $(tg_fa1 "$m")"; fi
+    done
+  done
+}
+
+sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice
+  local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} m v round
+  for round in 1 2; do
+    for v in ${SWEEP_VALUES:?stage=sweep needs SWEEP_VALUES}; do
+      for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+        echo "== $m $var=$v $(tg_fa1 "$m" "$var=$v")"
+      done
+    done
   done
 }
 
@@ -207,6 +252,8 @@ case ${stage:-bench} in
   profile) models; profile ;;
   twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
   tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
+  ab) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; ab ;;
+  sweep) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; sweep ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
