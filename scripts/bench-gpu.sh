@@ -17,6 +17,7 @@
 #                                            # tg128 fa1, alternating OLD NEW OLD NEW (AB_MODELS)
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
+#   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
 #   default "m7-q4_0 m1-q4_0 m7-q8_0")
 set -uo pipefail
@@ -252,6 +253,10 @@ case ${stage:-bench} in
   profile) models; profile ;;
   twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
   tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
+  probe)
+    cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
+      -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
+      "$W/$PROBE" ;;
   ab) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; ab ;;
   sweep) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; sweep ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
