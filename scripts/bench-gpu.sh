@@ -18,6 +18,7 @@
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
+#                                            # (with PROBE_ARGS)
 #   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
 #   default "m7-q4_0 m1-q4_0 m7-q8_0")
 set -uo pipefail
@@ -256,7 +257,7 @@ case ${stage:-bench} in
   probe)
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
-      "$W/$PROBE" ;;
+      "$W/$PROBE" ${PROBE_ARGS:-} ;;
   ab) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; ab ;;
   sweep) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; sweep ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
