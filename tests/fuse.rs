@@ -338,3 +338,92 @@ fn matvec_add_norm_fuses_only_where_fused_matmuls_alone_read_the_norm() {
     );
     assert_eq!(fuse::run(&mut matvec_norm_graph(true, true)).matmul_norm, 0);
 }
+
+/// llama's last layer for one token: the attention's O projection and the
+/// residual each pass through a GetRows of the one output row, then the
+/// residual add, the FFN norm and the gate/up matmuls. `reuse`: the host's
+/// allocator handed the O result's memory to a node after the GetRows
+/// (`Some(true)`), or a scale that runs before the add writes there
+/// (`Some(false)`); `rows`: rows of the selected tensors.
+fn row_select_graph(rows: i64, reuse: Option<bool>, result: bool) -> Graph {
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let res = b.param(F32, [E, rows, 1, 1]);
+    let w = b.param(Q4_0, [E, E, 1, 1]);
+    let o = if rows == 1 {
+        b.node(Op::MulMat, vec![w, x], F32, [E, 1, 1, 1])
+    } else {
+        b.param(F32, [E, rows, 1, 1])
+    };
+    let ids = b.param(GgmlType::I32, [1, 1, 1, 1]);
+    let go = b.node(Op::GetRows, vec![o, ids], F32, [E, 1, 1, 1]);
+    let gr = b.node(Op::GetRows, vec![res, ids], F32, [E, 1, 1, 1]);
+    if reuse == Some(false) {
+        let s = Op::Scale {
+            scale: 2.0,
+            bias: 0.0,
+        };
+        let t = b.node(s, vec![x], F32, [E, 1, 1, 1]);
+        b.g.nodes[t.node].outputs[0].place = b.g.output(o).place;
+    }
+    let sum = b.node(Op::Binary(BinaryOp::Add), vec![go, gr], F32, [E, 1, 1, 1]);
+    // In place over the residual, as ggml's allocator places it.
+    b.g.nodes[sum.node].outputs[0].place = b.g.output(res).place;
+    if reuse == Some(true) {
+        b.g.nodes[sum.node].outputs[0].place = b.g.output(o).place;
+    }
+    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![sum], F32, [E, 1, 1, 1]);
+    let nw = b.param(F32, [E, 1, 1, 1]);
+    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
+    let wg = b.param(Q4_0, [E, 512, 1, 1]);
+    let g = b.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
+    let wu = b.param(Q4_0, [E, 512, 1, 1]);
+    let u = b.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
+    let glu = Op::Glu {
+        kind: GluKind::Swiglu,
+        swapped: false,
+    };
+    b.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
+    b.node(Op::Binary(BinaryOp::Add), vec![sum, x], F32, [E, 1, 1, 1]);
+    let keep = if result { vec![go] } else { vec![] };
+    b.g.results.retain(|v| {
+        !matches!(b.g.nodes[v.node].op, Op::GetRows | Op::RmsNorm { .. }) || keep.contains(v)
+    });
+    b.g.results.retain(|v| *v != m);
+    b.g
+}
+
+#[test]
+fn one_row_selections_become_views_and_the_o_projection_meets_its_norm() {
+    let mut g = row_select_graph(1, None, false);
+    let f = fuse::run(&mut g);
+    assert_eq!((f.row_select, f.matmul_norm), (2, 1));
+    assert_eq!(g.count("GetRows"), 0);
+    assert_eq!(g.count("MulMatAddRmsNorm"), 1);
+    // Each view has its row's memory.
+    for i in 0..g.nodes.len() {
+        if g.nodes[i].op == Op::View {
+            let src = g.nodes[i].inputs[0];
+            assert_eq!(g.nodes[i].outputs[0].place, g.output(src).place);
+        }
+    }
+    // Several rows (a prompt), a selection the host reads, or the O result's
+    // memory written before the add reads it: the GetRows stays.
+    assert_eq!(
+        fuse::run(&mut row_select_graph(8, None, false)).row_select,
+        0
+    );
+    assert_eq!(
+        fuse::run(&mut row_select_graph(1, None, true)).row_select,
+        1
+    );
+    assert_eq!(
+        fuse::run(&mut row_select_graph(1, Some(false), false)).row_select,
+        1
+    );
+    // The add itself may take the O result's memory (in place, element-wise).
+    assert_eq!(
+        fuse::run(&mut row_select_graph(1, Some(true), false)).row_select,
+        2
+    );
+}

@@ -66,10 +66,12 @@ fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>)> {
         return None;
     };
     let (a, b, nw) = (nn.inputs[0], nn.inputs[1], nn.inputs[2]);
-    let (mm, res) = if a.port == 0 && decode_matmul(g, a.node).is_some() {
-        (a.node, b)
-    } else if b.port == 0 && decode_matmul(g, b.node).is_some() {
-        (b.node, a)
+    // The matmul may come through views of its memory (row_select's).
+    let (sa, sb) = (g.reshaped_source(a), g.reshaped_source(b));
+    let (mm, res) = if sa.port == 0 && decode_matmul(g, sa.node).is_some() {
+        (sa.node, b)
+    } else if sb.port == 0 && decode_matmul(g, sb.node).is_some() {
+        (sb.node, a)
     } else {
         return None;
     };

@@ -15,12 +15,14 @@ pub mod matmul_group;
 pub mod matmul_norm;
 pub mod rms_norm;
 pub mod rope_store;
+pub mod row_select;
 
 use crate::ir::{Graph, Place, Value};
 
 /// Fusions made by one run, by pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fused {
+    pub row_select: usize,
     pub rms_norm: usize,
     pub matmul_group: usize,
     pub matmul_glu: usize,
@@ -32,6 +34,7 @@ pub struct Fused {
 /// The passes by name, in the order `run` runs them (`POLYCL_FUSE_SKIP`
 /// names them).
 pub const NAMES: &[&str] = &[
+    "row_select",
     "rms_norm",
     "matmul_glu",
     "matmul_group",
@@ -44,18 +47,28 @@ pub const NAMES: &[&str] = &[
 /// matters for speed of matching, and matmul_norm takes the norms rms_norm
 /// made. With the step kernel on, matmul_norm does not run: the step kernel
 /// runs the norm as a phase of its own, and PoCL's build of a step program
-/// that also held the fused kernel ran for more than 5 minutes.
+/// that also held the fused kernel ran for more than 5 minutes. row_select
+/// runs only where matmul_norm does: the add it leaves in place over its
+/// residual is one that MulMatAddNorm takes, while a norm kernel of its own
+/// would fall back to the one-group-a-row kernel there.
 pub fn run(g: &mut Graph) -> Fused {
     let skip = &crate::config::get().fuse_skip;
     let step = crate::runtime::step::wanted();
+    let norm_fused = !step && !skip.iter().any(|s| s == "matmul_norm");
     let mut pass = |name: &str, f: fn(&mut Graph) -> usize| {
-        if skip.iter().any(|s| s == name) || (step && name == "matmul_norm") {
+        let off = match name {
+            "matmul_norm" => !norm_fused,
+            "row_select" => !norm_fused,
+            _ => false,
+        };
+        if off || skip.iter().any(|s| s == name) {
             0
         } else {
             f(g)
         }
     };
     Fused {
+        row_select: pass("row_select", row_select::run),
         rms_norm: pass("rms_norm", rms_norm::run),
         matmul_glu: pass("matmul_glu", matmul_glu::run),
         matmul_group: pass("matmul_group", matmul_group::run),
