@@ -56,11 +56,7 @@ pub fn run(g: &mut Graph) -> Fused {
     let step = crate::runtime::step::wanted();
     let norm_fused = !step && !skip.iter().any(|s| s == "matmul_norm");
     let mut pass = |name: &str, f: fn(&mut Graph) -> usize| {
-        let off = match name {
-            "matmul_norm" => !norm_fused,
-            "row_select" => !norm_fused,
-            _ => false,
-        };
+        let off = !norm_fused && matches!(name, "matmul_norm" | "row_select");
         if off || skip.iter().any(|s| s == name) {
             0
         } else {

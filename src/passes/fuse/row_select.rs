@@ -17,17 +17,12 @@
 
 use super::span;
 use crate::ggml::types::GgmlType::F32;
-use crate::ir::{Graph, Op, Place, Value};
+use crate::ir::{Graph, Op, Value};
 
 /// Whether `v` is a contiguous F32 row.
 fn f32_row(g: &Graph, v: Value) -> bool {
     let t = g.ty(v);
     t.dtype == F32 && t.ne[1..] == [1, 1, 1] && t.is_contiguous()
-}
-
-/// Whether node `i` writes memory: views and parameters do not.
-fn writes(g: &Graph, i: usize) -> bool {
-    !matches!(g.nodes[i].op, Op::Parameter | Op::View | Op::ViewAs(_))
 }
 
 fn applies(g: &Graph, i: usize) -> bool {
@@ -39,22 +34,23 @@ fn applies(g: &Graph, i: usize) -> bool {
     if !f32_row(g, x) || g.ty(out) != g.ty(x) || g.ty(ids).nelements() != 1 {
         return false;
     }
-    if g.results.contains(&out) || !matches!(g.output(x).place, Place::Bound(_)) {
+    if g.results.contains(&out) {
         return false;
     }
     let readers = g.users(out);
     let Some(&last) = readers.iter().max() else {
         return false;
     };
-    if readers.iter().any(|&r| !writes(g, r)) {
+    if readers.iter().any(|&r| g.nodes[r].op.is_view()) {
         return false;
     }
+    // None: x is the planner's to place (the C API path), not the host's.
     let Some(xs) = span(g, x) else {
         return false;
     };
     (i + 1..=last).all(|k| {
         let out = |p: usize| span(g, Value::new(k, p as u32));
-        !writes(g, k)
+        g.nodes[k].op.is_view()
             || (0..g.nodes[k].outputs.len())
                 .all(|p| out(p).is_none_or(|s| !super::overlap(&[s], &[xs])))
             || in_place_last(g, k, last, xs)

@@ -86,14 +86,9 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     // its partial state visible to itself only, not the device-wide fence and
     // the counter's round trip.
     volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
-    if (n_chunks > 1) {
-        device_fence();
-        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        if (l == 0) *last = atomic_inc(ctr) == (uint)(n_chunks - 1);
-    } else {
-        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        if (l == 0) *last = 1;
-    }
+    if (n_chunks > 1) device_fence();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (l == 0) *last = n_chunks == 1 || atomic_inc(ctr) == (uint)(n_chunks - 1);
     barrier(CLK_LOCAL_MEM_FENCE);
     const int merge = *last;
     if (merge) {
