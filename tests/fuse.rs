@@ -34,6 +34,23 @@ impl B {
     fn param(&mut self, ty: GgmlType, ne: [i64; 4]) -> Value {
         self.node(Op::Parameter, vec![], ty, ne)
     }
+    /// A llama FFN on `x`: RmsNorm, its weight, gate and up matmuls of 512
+    /// rows and their swiglu. Returns the norm and the weighted norm.
+    fn norm_and_glu(&mut self, x: Value) -> (Value, Value) {
+        let n = self.node(Op::RmsNorm { eps: 1e-5 }, vec![x], F32, [E, 1, 1, 1]);
+        let nw = self.param(F32, [E, 1, 1, 1]);
+        let m = self.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
+        let wg = self.param(Q4_0, [E, 512, 1, 1]);
+        let g = self.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
+        let wu = self.param(Q4_0, [E, 512, 1, 1]);
+        let u = self.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
+        let glu = Op::Glu {
+            kind: GluKind::Swiglu,
+            swapped: false,
+        };
+        self.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
+        (n, m)
+    }
 }
 
 const E: i64 = 256;
@@ -290,18 +307,7 @@ fn matvec_norm_graph(hidden: bool, extra: bool) -> Graph {
     let w = b.param(Q4_0, [E, E, 1, 1]);
     let o = b.node(Op::MulMat, vec![w, x], F32, [E, 1, 1, 1]);
     let sum = b.node(Op::Binary(BinaryOp::Add), vec![o, res], F32, [E, 1, 1, 1]);
-    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![sum], F32, [E, 1, 1, 1]);
-    let nw = b.param(F32, [E, 1, 1, 1]);
-    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
-    let wg = b.param(Q4_0, [E, 512, 1, 1]);
-    let g = b.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
-    let wu = b.param(Q4_0, [E, 512, 1, 1]);
-    let u = b.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
-    let glu = Op::Glu {
-        kind: GluKind::Swiglu,
-        swapped: false,
-    };
-    b.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
+    let (n, m) = b.norm_and_glu(sum);
     if extra {
         let scale = Op::Scale {
             scale: 2.0,
@@ -372,24 +378,14 @@ fn row_select_graph(rows: i64, reuse: Option<bool>, result: bool) -> Graph {
     if reuse == Some(true) {
         b.g.nodes[sum.node].outputs[0].place = b.g.output(o).place;
     }
-    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![sum], F32, [E, 1, 1, 1]);
-    let nw = b.param(F32, [E, 1, 1, 1]);
-    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
-    let wg = b.param(Q4_0, [E, 512, 1, 1]);
-    let g = b.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
-    let wu = b.param(Q4_0, [E, 512, 1, 1]);
-    let u = b.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
-    let glu = Op::Glu {
-        kind: GluKind::Swiglu,
-        swapped: false,
-    };
-    b.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
+    let (_, m) = b.norm_and_glu(sum);
     b.node(Op::Binary(BinaryOp::Add), vec![sum, x], F32, [E, 1, 1, 1]);
     let keep = if result { vec![go] } else { vec![] };
     b.g.results.retain(|v| {
-        !matches!(b.g.nodes[v.node].op, Op::GetRows | Op::RmsNorm { .. }) || keep.contains(v)
+        *v != m
+            && (!matches!(b.g.nodes[v.node].op, Op::GetRows | Op::RmsNorm { .. })
+                || keep.contains(v))
     });
-    b.g.results.retain(|v| *v != m);
     b.g
 }
 
