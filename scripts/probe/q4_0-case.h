@@ -1,6 +1,10 @@
 // What the decode matvec probes (matvec-layout.c, matvec-act.c) share: half
-// conversions and one random Q4_0 case with its float reference.
+// conversions, one random Q4_0 case with its float reference, and the time a
+// plain read of the same bytes takes.
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,4 +69,43 @@ static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *
         ref[r] = (float)s;
     }
     free(xa);
+}
+
+// Prints the GPU time (profiling events, launches 10..49) of a plain int4
+// read of `mat` bytes, cycling through the `ncopies` copies in `w`: the
+// bandwidth a matvec over those bytes could reach. `scratch` takes the
+// kernel's one (never written) result.
+static void print_readbw(cl_context ctx, cl_device_id d, cl_command_queue q, cl_mem w, cl_mem scratch,
+                         long mat, int ncopies) {
+    static const char *src =
+        "kernel void readbw(const global int4 *w, global int *dst, long n) {\n"
+        "  int4 s = 0; for (long i = get_global_id(0); i < n; i += get_global_size(0)) s ^= w[i];\n"
+        "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345) dst[0] = 1; }\n";
+    cl_int e;
+    cl_program pr = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
+    clBuildProgram(pr, 1, &d, "", NULL, NULL);
+    cl_kernel k = clCreateKernel(pr, "readbw", &e);
+    const long n = mat / 16;
+    clSetKernelArg(k, 1, sizeof(cl_mem), &scratch);
+    clSetKernelArg(k, 2, sizeof(long), &n);
+    const size_t local = 256, global = 132 * 2048;
+    double gpu = 0;
+    for (int it = 0; it < 50; ++it) {
+        cl_buffer_region reg = {mat * (it % ncopies), mat};
+        cl_mem sub = clCreateSubBuffer(w, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+        clSetKernelArg(k, 0, sizeof(cl_mem), &sub);
+        cl_event ev;
+        clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev);
+        clWaitForEvents(1, &ev);
+        cl_ulong t0, t1;
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+        if (it >= 10) gpu += (t1 - t0) / 1e3;
+        clReleaseEvent(ev);
+        clReleaseMemObject(sub);
+    }
+    gpu /= 40;
+    printf("readbw (plain int4 read of the same bytes)     %7.2f us  %6.0f GB/s\n", gpu, mat / gpu / 1e3);
+    clReleaseKernel(k);
+    clReleaseProgram(pr);
 }
