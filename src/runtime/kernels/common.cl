@@ -14,10 +14,14 @@
 // last argument, in 8-byte slots in signature order, unpacked at the top of
 // the kernel (PK_BEGIN, then PK_TENSOR / PK_INT / ...). NVIDIA's enqueue
 // costs microseconds more per launch for large scalar argument lists.
+// `pk` is a global (read-only, restrict) pointer, not __constant: on the
+// H200 a decode step ran 2-4% faster that way (docs/perf.md step 31; the
+// slots then come through the L1 data cache instead of the constant cache,
+// and why that is faster was not measured further).
 #define PTENSOR(t)  __global char *t
 #define PCTENSOR(t) __global const char *t
 #ifndef POLYCL_STEP
-#define PK_PARAMS __constant ulong *pk
+#define PK_PARAMS __global const ulong *restrict pk
 #define PK_BEGIN int pk_i = 0;
 // Local arrays of a packed kernel (a phase of the step kernel takes them
 // from the step kernel's local memory instead).
