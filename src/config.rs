@@ -13,7 +13,7 @@
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls and flash attention (head sizes 64 and 128) with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices of compute capability 8.0 or later (`mma.sync` m16n8k32 and `cp.async`), off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
-//! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row (default 4): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
+//! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
@@ -45,8 +45,9 @@ pub struct Config {
     pub mma: Option<bool>,
     /// Launches between queue flushes in a graph compute (`POLYCL_FLUSH_EVERY`).
     pub flush_every: usize,
-    /// Loop unroll of the decode matvecs' block loop (`POLYCL_MV_UNROLL`).
-    pub mv_unroll: u32,
+    /// Loop unroll of the decode matvecs' block loop (`POLYCL_MV_UNROLL`);
+    /// None: per type (`mv_unrolls`).
+    pub mv_unroll: Option<u32>,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
@@ -68,6 +69,15 @@ pub struct Config {
     pub q8_cache: u8,
     /// Problems found while reading; logged once at init, each names its variable.
     pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Unroll of the decode matvecs' block loop: (Q4_0, every other type).
+    /// On the H200 (tg128 fa1, 2 / 4 / 8): the 7B Q4_0 ran 437 / 428 / 417
+    /// tokens/s, the Q8_0 326 / 328 / 321.
+    pub fn mv_unrolls(&self) -> (u32, u32) {
+        self.mv_unroll.map_or((2, 4), |n| (n, n))
+    }
 }
 
 /// Shape of the tensor-core prompt tile of `mul_mm_mma.cl`: `wm` x `wn`
@@ -191,7 +201,6 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse: true,
         fuse_skip: Vec::new(),
         flush_every: 16,
-        mv_unroll: 4,
         fa_groups: 256,
         step_groups_per_cu: 4,
         step_max_mb: 8,
@@ -284,9 +293,9 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     if let Some(v) = get("POLYCL_MV_UNROLL") {
         match v.trim().parse::<u32>() {
-            Ok(n) if (1..=16).contains(&n) => c.mv_unroll = n,
+            Ok(n) if (1..=16).contains(&n) => c.mv_unroll = Some(n),
             _ => c.problems.push(format!(
-                "POLYCL_MV_UNROLL={v:?}: expected an integer from 1 to 16; using 4"
+                "POLYCL_MV_UNROLL={v:?}: expected an integer from 1 to 16; using 2 for Q4_0, 4 otherwise"
             )),
         }
     }
@@ -464,6 +473,15 @@ mod tests {
             Some(vec![1, 0])
         );
         assert!(!with(&[("POLYCL_DEVICES", "1,1")]).problems.is_empty());
+    }
+
+    #[test]
+    fn matvec_unroll_per_type_unless_set() {
+        assert_eq!(with(&[]).mv_unrolls(), (2, 4));
+        assert_eq!(with(&[("POLYCL_MV_UNROLL", "8")]).mv_unrolls(), (8, 8));
+        let c = with(&[("POLYCL_MV_UNROLL", "17")]);
+        assert_eq!(c.mv_unrolls(), (2, 4));
+        assert!(c.problems[0].contains("POLYCL_MV_UNROLL"));
     }
 
     #[test]

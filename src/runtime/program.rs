@@ -122,7 +122,8 @@ pub fn build_source_with(
     // Vendor-specific code paths (inline PTX) are chosen per device here, at
     // run time, never when polycl is compiled.
     let config = crate::config::get();
-    let unroll = config.mv_unroll;
+    let (unroll_q4_0, unroll) = config.mv_unrolls();
+    let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}");
     // The tile shape only for its program, so that sweeping it leaves the
     // other programs' cached binaries (keyed by options) valid.
     let tile = if name == "mul_mm_mma" {
@@ -131,9 +132,9 @@ pub fn build_source_with(
         String::new()
     };
     let options = if device.nvidia_ptx() {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} -DPOLYCL_NVIDIA=1 {extra}")
+        format!("{BUILD_OPTIONS} {unrolls} {tile} -DPOLYCL_NVIDIA=1 {extra}")
     } else {
-        format!("{BUILD_OPTIONS} -DMV_UNROLL={unroll} {tile} {extra}")
+        format!("{BUILD_OPTIONS} {unrolls} {tile} {extra}")
     };
     if let Some(cached) = super::binary_cache::load(device, source, &options) {
         return Ok(cached);

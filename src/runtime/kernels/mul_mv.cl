@@ -15,9 +15,13 @@
 #define MV_ROWS 4
 #define QK 32
 #define Q8_1_BLOCK 36
-// MV_UNROLL (a build option from POLYCL_MV_UNROLL): blocks per lane in flight.
+// MV_UNROLL and MV_UNROLL_Q4_0 (build options, config.rs mv_unrolls): blocks
+// per lane in flight, for Q4_0 and for the other types.
 #ifndef MV_UNROLL
 #define MV_UNROLL 4
+#endif
+#ifndef MV_UNROLL_Q4_0
+#define MV_UNROLL_Q4_0 2
 #endif
 #define MV_PRAGMA(x) _Pragma(#x)
 #define MV_UNROLL_PRAGMA_(n) MV_PRAGMA(unroll n)
@@ -66,7 +70,7 @@ inline int dot4(int a, int b, int c) {
 inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
-MV_UNROLL_PRAGMA(MV_UNROLL)
+MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
         const __global char *ab = arow + ib * Q8_1_BLOCK;
         const float da = vload_half(0, (const __global half *)ab);
