@@ -15,8 +15,8 @@
 #define MV_ROWS 4
 #define QK 32
 #define Q8_1_BLOCK 36
-// MV_UNROLL and MV_UNROLL_Q4_0 (build options, config.rs mv_unrolls): blocks
-// per lane in flight, for Q4_0 and for the other types.
+// MV_UNROLL (every type but Q4_0) and MV_UNROLL_Q4_0 (build options,
+// config.rs mv_unrolls): blocks per lane in flight.
 #ifndef MV_UNROLL
 #define MV_UNROLL 4
 #endif
