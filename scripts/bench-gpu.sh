@@ -29,6 +29,8 @@ for f in .ocl/*.deb; do dpkg -x "$f" /tmp/o; done
 echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd
 export OCL_ICD_VENDORS=/tmp/icd LD_LIBRARY_PATH=/tmp/o/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
+# Models of stage=ab and stage=sweep.
+AB_MODELS=${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}
 # CUDA=OFF builds the host without the CUDA backend (minutes faster; polycl-only stages).
 CUDA=${CUDA:-ON}
 BUILD=$W/build$([[ $CUDA == ON ]] || echo -nocuda)
@@ -176,7 +178,7 @@ twice() { # each decode kernel launched twice: the slowdown is its cost inside t
 
 ab_models() { # the AB_MODELS files, made where missing (name m<preset>-<type>, preset 7 -> 7b)
   local m preset
-  for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+  for m in $AB_MODELS; do
     preset=${m%%-*} preset=${preset#m}
     [[ $preset =~ ^[0-9]+$ ]] && preset=${preset}b
     [[ -f $W/$m.gguf ]] || python3 scripts/make-model-raw.py "$W/$m.gguf" --preset "$preset" \
@@ -195,7 +197,7 @@ tg_fa1() { # model name, then VAR=value assignments: tg128 fa1 t/s of polycl ($L
 ab() { # POLYCL_LIB_OLD against $LIB: alternating, so drift between runs shows as spread
   local old=${POLYCL_LIB_OLD:?stage=ab needs POLYCL_LIB_OLD, the build to compare against} m side
   for side in OLD NEW OLD NEW; do
-    for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+    for m in $AB_MODELS; do
       if [[ $side == OLD ]]; then echo "== $m OLD $(tg_fa1 "$m" GGML_BACKEND_PATH="$old")"
       else echo "== $m NEW $(tg_fa1 "$m")"; fi
     done
@@ -206,7 +208,7 @@ sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice
   local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} m v round
   for round in 1 2; do
     for v in ${SWEEP_VALUES:?stage=sweep needs SWEEP_VALUES}; do
-      for m in ${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}; do
+      for m in $AB_MODELS; do
         echo "== $m $var=$v $(tg_fa1 "$m" "$var=$v")"
       done
     done
@@ -258,8 +260,8 @@ case ${stage:-bench} in
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
       "$W/$PROBE" ${PROBE_ARGS:-} ;;
-  ab) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; ab ;;
-  sweep) [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; sweep ;;
+  ab | sweep) # the host built where missing, beside the models
+    [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |

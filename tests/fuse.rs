@@ -40,16 +40,21 @@ impl B {
         let n = self.node(Op::RmsNorm { eps: 1e-5 }, vec![x], F32, [E, 1, 1, 1]);
         let nw = self.param(F32, [E, 1, 1, 1]);
         let m = self.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
-        let wg = self.param(Q4_0, [E, 512, 1, 1]);
-        let g = self.node(Op::MulMat, vec![wg, m], F32, [512, 1, 1, 1]);
-        let wu = self.param(Q4_0, [E, 512, 1, 1]);
-        let u = self.node(Op::MulMat, vec![wu, m], F32, [512, 1, 1, 1]);
+        self.gate_up_glu(m, Q4_0, false);
+        (n, m)
+    }
+    /// Gate and up matmuls of 512 rows (weights `wt`) on `x` and their
+    /// swiglu; returns the swiglu.
+    fn gate_up_glu(&mut self, x: Value, wt: GgmlType, swapped: bool) -> Value {
+        let wg = self.param(wt, [E, 512, 1, 1]);
+        let g = self.node(Op::MulMat, vec![wg, x], F32, [512, 1, 1, 1]);
+        let wu = self.param(wt, [E, 512, 1, 1]);
+        let u = self.node(Op::MulMat, vec![wu, x], F32, [512, 1, 1, 1]);
         let glu = Op::Glu {
             kind: GluKind::Swiglu,
-            swapped: false,
+            swapped,
         };
-        self.node(glu, vec![g, u], F32, [512, 1, 1, 1]);
-        (n, m)
+        self.node(glu, vec![g, u], F32, [512, 1, 1, 1])
     }
 }
 
@@ -177,15 +182,7 @@ fn batches_and_unsupported_weight_types_do_not_group() {
 fn glu_graph(wt: GgmlType, swapped: bool) -> Graph {
     let mut b = B::new();
     let x = b.param(F32, [E, 1, 1, 1]);
-    let wg = b.param(wt, [E, 512, 1, 1]);
-    let g = b.node(Op::MulMat, vec![wg, x], F32, [512, 1, 1, 1]);
-    let wu = b.param(wt, [E, 512, 1, 1]);
-    let u = b.node(Op::MulMat, vec![wu, x], F32, [512, 1, 1, 1]);
-    let op = Op::Glu {
-        kind: GluKind::Swiglu,
-        swapped,
-    };
-    b.node(op, vec![g, u], F32, [512, 1, 1, 1]);
+    b.gate_up_glu(x, wt, swapped);
     b.g
 }
 
