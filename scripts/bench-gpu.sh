@@ -17,6 +17,7 @@
 #                                            # tg128 fa1, alternating OLD NEW OLD NEW (AB_MODELS)
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
+#   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (with PROBE_ARGS)
 #   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
@@ -226,6 +227,19 @@ tiles() { # prompt speed per tensor-core tile shape (docs/perf.md step 16)
   done
 }
 
+regs() { # registers a work-item of every kernel in polycl's program cache (PTX on NVIDIA),
+  # from ptxas -v: run polycl first so that the programs of interest are built and cached
+  local ptxas f
+  ptxas=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -n 1)
+  [[ -n $ptxas ]] || { echo "regs: no ptxas (the CUDA toolkit) on this machine"; return 1; }
+  for f in "${POLYCL_PROGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polycl}"/*.bin; do
+    head -c 4096 "$f" | grep -q '^\.target' || continue
+    tr -d '\000' < "$f" > "$W/regs.ptx"
+    "$ptxas" -arch=sm_90 -v "$W/regs.ptx" -o /dev/null 2>&1 | grep -E "properties for|Used [0-9]+ reg" |
+      sed 's/ptxas info *: //' | paste - - | awk '{print $4, $6}'
+  done | sort -u
+}
+
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
   local op
   for op in MUL_MAT FLASH_ATTN_EXT ROPE SET_ROWS RMS_NORM; do
@@ -255,6 +269,7 @@ case ${stage:-bench} in
     backend_ops ;;
   profile) models; profile ;;
   twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
+  regs) regs ;;
   tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
   probe)
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \

@@ -43,6 +43,11 @@
 #define get_group_id(d) ((d) == 0 ? step_vg.x : ((d) == 1 ? step_vg.y : step_vg.z))
 #define get_global_id(d) (get_group_id(d) * get_local_size(d) + get_local_id(d))
 #endif
+// Slots that only an epilogue reads: PK_SKIP(n) passes over n slots at the
+// top, and the epilogue comes back to them (pk_i = the saved index) after
+// the main loop; scalars unpacked at the top stay in registers through it
+// (group_rope.cl says what that cost).
+#define PK_SKIP(n) pk_i += (n);
 #define PK_TENSOR(t)                                                                  \
     const ulong t##_off = pk[pk_i];                                                   \
     const long4 t##_ne = as_long4((ulong4)(pk[pk_i + 1], pk[pk_i + 2], pk[pk_i + 3], pk[pk_i + 4])); \

@@ -10,19 +10,37 @@
 // matrices with even row counts, contiguous projections and rope outputs,
 // cache rows as wide as the projections, one row index each.
 // Same grid as MV_GROUP_KERNEL.
-#define MV_GROUP_ROPE_KERNEL(NAME, ROWDOT2)                                                  \
+//
+// The epilogue's scalars (pos_off .. corr1, between wtypes and the norm's in
+// the slots) are unpacked where the kernel says: EARLY with the others
+// (Q4_0, Q8_0), or LATE, after the dot products (the K-quant and mixed
+// kernels). Unpacked at the top they stay in registers through the dot
+// products: 167 registers for Q4_K (3 work-groups an SM), 128 for Q4_0; late,
+// Q4_0 needs 72. On the H200 late unpacking made the 7B Q4_K_M's decode 4%
+// faster and left the 7B Q4_0's unchanged, but the 1B Q4_0's ~2% slower (one
+// more round trip at the end of each group of a latency-bound kernel):
+// docs/perf.md step 35.
+#define GROUP_ROPE_EPILOGUE_SLOTS (3 + 4 * 9 + 2 + 5 + 6)
+#define GROUP_ROPE_EPILOGUE                                                                 \
+    pk_i = pk_epilogue;                                                                     \
+    PK_ULONG(pos_off) PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko)           \
+    PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) PK_ULONG(vr_off) PK_INT(role_q)            \
+    PK_INT(role_k) PK_INT(role_v) PK_INT(flags) PK_INT(n_dims) PK_FLOAT(theta_scale)        \
+    PK_FLOAT(freq_scale) PK_FLOAT(ext_factor) PK_FLOAT(attn_factor) PK_FLOAT(corr0)         \
+    PK_FLOAT(corr1)
+#define MV_GROUP_ROPE_KERNEL(NAME, ROWDOT2, EARLY, LATE)                                     \
 kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
                  PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), __global const char *pos,           \
                  __global const char *ff, PTENSOR(qo), PTENSOR(ko), PTENSOR(kc),            \
                  __global const char *kr, PTENSOR(vc), __global const char *vr, MV_NORM_ARG, \
                  PK_PARAMS) {                                                               \
     PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
-    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes) PK_ULONG(pos_off)    \
-    PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(qo) PK_TENSOR(ko) PK_TENSOR(kc) PK_ULONG(kr_off) PK_TENSOR(vc) \
-    PK_ULONG(vr_off) PK_INT(role_q) PK_INT(role_k) PK_INT(role_v) PK_INT(flags)             \
-    PK_INT(n_dims) PK_FLOAT(theta_scale) PK_FLOAT(freq_scale) PK_FLOAT(ext_factor)          \
-    PK_FLOAT(attn_factor) PK_FLOAT(corr0) PK_FLOAT(corr1) PK_MV_NORM                        \
+    PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes)                      \
+    const int pk_epilogue = pk_i;                                                           \
+    PK_SKIP(GROUP_ROPE_EPILOGUE_SLOTS) PK_MV_NORM                                           \
+    EARLY                                                                                   \
     MV_GROUP_ROWS(ROWDOT2)                                                                  \
+    LATE                                                                                    \
     if (lane == 0 && live1) { /* even row counts: live1 implies live0 */                     \
         store_f32(d + r * 4, t0);                                                           \
         store_f32(d + (r + 1) * 4, t1);                                                     \
@@ -57,8 +75,8 @@ kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *
     }                                                                                       \
 }
 
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0)
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0)
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K)
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K)
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_mixed, mv_row2_by_type)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0, GROUP_ROPE_EPILOGUE, )
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0, GROUP_ROPE_EPILOGUE, )
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K, , GROUP_ROPE_EPILOGUE)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K, , GROUP_ROPE_EPILOGUE)
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_mixed, mv_row2_by_type, , GROUP_ROPE_EPILOGUE)
