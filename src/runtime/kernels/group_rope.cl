@@ -15,11 +15,11 @@
 // the slots) are unpacked where the kernel says: EARLY with the others
 // (Q4_0, Q8_0), or LATE, after the dot products (the K-quant and mixed
 // kernels). Unpacked at the top they stay in registers through the dot
-// products: 167 registers for Q4_K (3 work-groups an SM), 128 for Q4_0; late,
-// Q4_0 needs 72. On the H200 late unpacking made the 7B Q4_K_M's decode 4%
-// faster and left the 7B Q4_0's unchanged, but the 1B Q4_0's ~2% slower (one
-// more round trip at the end of each group of a latency-bound kernel):
-// docs/perf.md step 35.
+// products: 167 registers for Q4_K (3 work-groups an SM) and 128 for Q4_0,
+// against 128 and 72 late. On the H200 late unpacking made the 7B Q4_K_M's
+// decode 4% faster and left the 7B Q4_0's unchanged, but the 1B Q4_0's ~2%
+// slower (one more round trip at the end of each group of a latency-bound
+// kernel): docs/perf.md step 35.
 #define GROUP_ROPE_EPILOGUE_SLOTS (3 + 4 * 9 + 2 + 5 + 6)
 #define GROUP_ROPE_EPILOGUE                                                                 \
     pk_i = pk_epilogue;                                                                     \
