@@ -235,8 +235,10 @@ regs() { # registers a work-item of every kernel in polycl's program cache (PTX 
   for f in "${POLYCL_PROGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polycl}"/*.bin; do
     head -c 4096 "$f" | grep -q '^\.target' || continue
     tr -d '\000' < "$f" > "$W/regs.ptx"
-    "$ptxas" -arch=sm_90 -v "$W/regs.ptx" -o /dev/null 2>&1 | grep -E "properties for|Used [0-9]+ reg" |
-      sed 's/ptxas info *: //' | paste - - | awk '{print $4, $6}'
+    # The count follows its function's "properties for" line; a function with no count of
+    # its own (a non-inlined callee) only renames the next one.
+    "$ptxas" -arch=sm_90 -v "$W/regs.ptx" -o /dev/null 2>&1 |
+      awk '/Function properties for/ {f = $NF} /Used [0-9]+ registers/ {print f, $5}'
   done | sort -u
 }
 
