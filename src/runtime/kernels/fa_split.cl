@@ -58,15 +58,16 @@ inline float fa_group_sum(float v, __local float *red) {
 
 // The merge's loads for chunks c0 .. c0 + FA_MERGE_BATCH - 1 (past the last
 // chunk: the last one again, which the caller drops), all issued before any
-// is used: each chunk's M, and its float at `at` (1: S, 2 + d: element d of
+// is used: each chunk's M and S, and its float at 2 + at (element `at` of
 // the accumulator) of its partial state.
 inline void fa_merge_load(const volatile __global float *p, int c0, int n_chunks, long DV,
-                          long at, float *m, float *x) {
+                          long at, float *m, float *s, float *x) {
 #pragma unroll
     for (int j = 0; j < FA_MERGE_BATCH; ++j) {
         const int cc = min(c0 + j, n_chunks - 1);
         m[j] = p[cc * (DV + 2)];
-        x[j] = p[cc * (DV + 2) + at];
+        s[j] = p[cc * (DV + 2) + 1];
+        x[j] = p[cc * (DV + 2) + 2 + at];
     }
 }
 
@@ -94,37 +95,33 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     if (merge) {
         if (n_chunks > 1) device_fence();
         const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
-        // Every chunk's (M, S), FA_MERGE_BATCH chunks' loads in flight at a
-        // time, the maximum and the sum kept online: loops that used each
-        // volatile load before issuing the next waited a round trip per
-        // chunk, three times over (docs/perf.md step 22: +2% on a 7B decode).
-        float Mx = -INFINITY, Sx = 0.0f;
-        for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
-            float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH];
-            fa_merge_load(p, c0, n_chunks, DV, 1, mc, sc);
-#pragma unroll
-            for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-                if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
-                if (mc[j] > Mx) {
-                    Sx = Sx * exp(Mx - mc[j]) + sc[j];
-                    Mx = mc[j];
-                } else {
-                    Sx += sc[j] * exp(mc[j] - Mx);
-                }
-            }
-        }
-        const float inv = Sx == 0.0f ? 0.0f : 1.0f / Sx;
+        // Every chunk's M, S and this work-item's accumulator element in
+        // one batch of loads (FA_MERGE_BATCH chunks in flight at a time),
+        // the maximum, the sum and the element kept online. Loops that used
+        // each volatile load before issuing the next waited a round trip per
+        // chunk (docs/perf.md step 22); a pass for (M, S) before the one for
+        // the elements was one more round trip (step 36).
         for (long d = l; d < DV; d += wg) {
-            float a = 0.0f;
+            float Mx = -INFINITY, Sx = 0.0f, a = 0.0f;
             for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
-                float mc[FA_MERGE_BATCH], vc[FA_MERGE_BATCH];
-                fa_merge_load(p, c0, n_chunks, DV, 2 + d, mc, vc);
+                float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH], vc[FA_MERGE_BATCH];
+                fa_merge_load(p, c0, n_chunks, DV, d, mc, sc, vc);
 #pragma unroll
                 for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-                    if (c0 + j < n_chunks && mc[j] != -INFINITY) a += vc[j] * exp(mc[j] - Mx);
+                    if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
+                    if (mc[j] > Mx) {
+                        const float f = exp(Mx - mc[j]);
+                        Sx = Sx * f + sc[j];
+                        a = a * f + vc[j];
+                        Mx = mc[j];
+                    } else {
+                        const float f = exp(mc[j] - Mx);
+                        Sx += sc[j] * f;
+                        a += vc[j] * f;
+                    }
                 }
             }
-            const float r = a * inv;
+            const float r = Sx == 0.0f ? 0.0f : a / Sx;
             store_f32(AT(dst, d, h, iq, z), r);
             if (has_q8) outs[d] = r;
         }
@@ -269,10 +266,13 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 // n_chunks, n_head * ne3}, local {FV_WG, 1, 1}. A warp owns whole keys and
 // values: lane i holds dims 4i..4i+3 (+128 per slot) of q and of the
 // accumulator, so a key or value row is one 8-byte load per lane, coalesced
-// across the warp, and a score is a warp sum. Each warp keeps FV_KB rows in
-// flight (independent loads, no dependent chains), where kernel_fa_split
-// walks a whole row per work-item. The host picks it for F16 K/V with 8-byte
-// aligned rows, D <= 256 and D % 4 == 0, with a chunk of at most FV_MAX_CHUNK.
+// across the warp, and a score is a warp sum. Each warp takes FV_KB keys a
+// step and loads their K and V rows together (independent loads, no
+// dependent chains), with its own online softmax state; the warps' states
+// are merged in local memory at the end. So a step is one round trip, where
+// scores for the whole chunk, a group softmax and then the values took two
+// (docs/perf.md step 36). The host picks it for F16 K/V with 8-byte aligned
+// rows, D <= 256 and D % 4 == 0, with a chunk of at most FV_MAX_CHUNK.
 #define FV_WARPS 4
 #define FV_WG (FV_WARPS * 32)
 #define FV_KB 8 // warp_sum8 reduces a step's scores
@@ -285,22 +285,14 @@ inline float4 fv_load4(const __global char *p) {
     return vload_half4(0, (const __private half *)&u);
 }
 
-inline float fv_group_reduce(float v, int is_max, __local float *red, __local float *warps) {
-    const int l = get_local_id(0);
-    const float w = is_max ? warp_max(v, red + (l / 32) * 32) : warp_sum(v, red + (l / 32) * 32);
-    if (l % 32 == 0) warps[l / 32] = w;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float r = warps[0];
-    for (int i = 1; i < FV_WARPS; ++i) r = is_max ? fmax(r, warps[i]) : r + warps[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
+inline float4 fv_half4(uint2 u) {
+    return vload_half4(0, (const __private half *)&u);
 }
 
 kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     FA_SPLIT_PARAMS
-    LOCAL_ARRAY(float, ps, FV_MAX_CHUNK);
     LOCAL_ARRAY(float, red, FV_WG);
-    LOCAL_ARRAY(float, warps, FV_WARPS);
+    LOCAL_ARRAY(float, wstate, 2 * FV_WARPS);
     LOCAL_ARRAY(float, accs, FV_WARPS * FA_MAX_D);
     LOCAL_ARRAY(int, last, 1);
     const int lane = l % 32, warp = l / 32;
@@ -319,69 +311,66 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     const long kv0 = (long)c * chunk;
     const int nk = (int)min((long)chunk, n_kv - kv0);
 
-    // Scores: warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step. Rows
-    // past the chunk re-read its last row (in bounds, no branch around the
-    // loads) and are dropped.
+    // Warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step. Rows past the
+    // chunk re-read its last row (in bounds, no branch around the loads) and
+    // are dropped. Every work-item runs the same steps (warp_sum8 holds
+    // group barriers off NVIDIA).
+    float Mw = -INFINITY, Sw = 0.0f;
+    float4 acc[FV_SLOTS];
+    for (int i = 0; i < FV_SLOTS; ++i) acc[i] = (float4)(0.0f);
     for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
         float dots[FV_KB], mvs[FV_KB];
+        uint2 vraw[FV_KB][FV_SLOTS];
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
             const long ic = kv0 + min(t0 + warp * FV_KB + kb, nk - 1);
             mvs[kb] = has_mask ? load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3)) : 0.0f;
             const __global char *kr = AT(k, 0, ic, hk, z);
+            const __global char *vr = AT(v, 0, ic, hk, z);
             float a = 0.0f;
 #pragma unroll
             for (int i = 0; i < FV_SLOTS; ++i) {
                 const long d = 4 * lane + 128 * i;
                 if (d < DK) a += dot(qv[i], fv_load4(kr + d * 2));
+                vraw[kb][i] = d < DV ? *(const __global uint2 *)(vr + d * 2) : (uint2)(0u);
             }
             dots[kb] = a;
         }
         warp_sum8(dots, wred);
-#pragma unroll
-        for (int kb = 0; kb < FV_KB; ++kb) {
-            const float dsum = dots[kb];
-            const int j = t0 + warp * FV_KB + kb;
-            if (lane == 0 && j < nk) {
-                const float mv = mvs[kb];
-                float s = dsum * scale;
-                if (softcap != 0.0f) s = softcap * tanh(s);
-                s += slope * mv;
-                ps[j] = mv == -INFINITY ? -INFINITY : s;
-            }
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    float mloc = -INFINITY;
-    for (int j = l; j < nk; j += FV_WG) mloc = fmax(mloc, ps[j]);
-    const float M = fv_group_reduce(mloc, 1, red, warps);
-    float sloc = 0.0f;
-    for (int j = l; j < nk; j += FV_WG) {
-        const float p = ps[j] == -INFINITY ? 0.0f : exp(ps[j] - M);
-        ps[j] = p;
-        sloc += p;
-    }
-    const float S = fv_group_reduce(sloc, 0, red, warps);
-
-    // Values: the same key split over warps; each lane accumulates its dims.
-    float4 acc[FV_SLOTS];
-    for (int i = 0; i < FV_SLOTS; ++i) acc[i] = (float4)(0.0f);
-    for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
+        float sc[FV_KB];
+        float mstep = -INFINITY;
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
             const int j = t0 + warp * FV_KB + kb;
-            const long ic = kv0 + min(j, nk - 1);
-            const float p = j < nk ? ps[j] : 0.0f;
-            const __global char *vr = AT(v, 0, ic, hk, z);
-#pragma unroll
-            for (int i = 0; i < FV_SLOTS; ++i) {
-                const long d = 4 * lane + 128 * i;
-                // A masked row may hold anything (the CPU backend never
-                // reads it): p == 0 must not turn a NaN or inf into the sum.
-                if (d < DV) acc[i] += p != 0.0f ? p * fv_load4(vr + d * 2) : (float4)(0.0f);
-            }
+            const float mv = mvs[kb];
+            float s = dots[kb] * scale;
+            if (softcap != 0.0f) s = softcap * tanh(s);
+            s += slope * mv;
+            sc[kb] = (j < nk && mv != -INFINITY) ? s : -INFINITY;
+            mstep = fmax(mstep, sc[kb]);
         }
+        const float Mn = fmax(Mw, mstep);
+        if (Mn != -INFINITY) {
+            const float f = exp(Mw - Mn);
+            Sw *= f;
+            for (int i = 0; i < FV_SLOTS; ++i) acc[i] *= f;
+#pragma unroll
+            for (int kb = 0; kb < FV_KB; ++kb) {
+                const float p = sc[kb] == -INFINITY ? 0.0f : exp(sc[kb] - Mn);
+                Sw += p;
+#pragma unroll
+                for (int i = 0; i < FV_SLOTS; ++i) {
+                    // A masked row may hold anything (the CPU backend never
+                    // reads it): p == 0 must not turn a NaN or inf into the sum.
+                    if (4 * lane + 128 * i < DV && p != 0.0f) acc[i] += p * fv_half4(vraw[kb][i]);
+                }
+            }
+            Mw = Mn;
+        }
+    }
+    if (lane == 0) {
+        wstate[2 * warp] = Mw;
+        wstate[2 * warp + 1] = Sw;
     }
     for (int i = 0; i < FV_SLOTS; ++i) {
         const long d = 4 * lane + 128 * i;
@@ -389,10 +378,19 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
+    // The chunk's state: the warps' merged, each scaled to the largest M.
+    float M = -INFINITY;
+    for (int w = 0; w < FV_WARPS; ++w) M = fmax(M, wstate[2 * w]);
+    float fw[FV_WARPS];
+    float S = 0.0f;
+    for (int w = 0; w < FV_WARPS; ++w) {
+        fw[w] = wstate[2 * w] == -INFINITY ? 0.0f : exp(wstate[2 * w] - M);
+        S += wstate[2 * w + 1] * fw[w];
+    }
     __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
     for (long d = l; d < DV; d += FV_WG) {
         float a = 0.0f;
-        for (int w = 0; w < FV_WARPS; ++w) a += accs[w * FA_MAX_D + d];
+        for (int w = 0; w < FV_WARPS; ++w) a += fw[w] == 0.0f ? 0.0f : accs[w * FA_MAX_D + d] * fw[w];
         o[d] = a;
     }
     // accs[0..DV) is read above by other work-items: the barrier inside the
