@@ -6,6 +6,9 @@
 # sdist's vendor/llama.cpp) and target/release/libggml-polycl.so.
 #   stage=build  bash scripts/bench-gpu.sh   # starts the CUDA build (background)
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
+#   stage=closing bash scripts/bench-gpu.sh  # build and models side by side, then bench (~10 min
+#                                            # on a fresh machine: start it with setsid, output to
+#                                            # a file, and poll that file in later calls)
 #   stage=all    bash scripts/bench-gpu.sh   # build, models, profile, bench, greedy, backend ops
 #   CUDA=OFF stage=step bash scripts/bench-gpu.sh  # polycl alone: step kernel off/on
 #   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on/newest off, launches and host
@@ -118,13 +121,18 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
   done
 }
 
+make_model() { # file, preset, type: made where missing, under its name only once complete
+  [[ -f $1 ]] || { python3 scripts/make-model-raw.py "$1.tmp" --preset "$2" --type "$3" > /dev/null &&
+    mv -f "$1.tmp" "$1"; }
+}
+
 models() {
-  [[ -f $W/m7-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_0.gguf" --preset 7b --type q4_0 &
-  [[ -f $W/m1-q4_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m1-q4_0.gguf" --preset 1b --type q4_0 &
-  [[ -f $W/m7-q8_0.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q8_0.gguf" --preset 7b --type q8_0 &
-  [[ -f $W/m7-q4_k.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_k.gguf" --preset 7b --type q4_k &
+  make_model "$W/m7-q4_0.gguf" 7b q4_0 &
+  make_model "$W/m1-q4_0.gguf" 1b q4_0 &
+  make_model "$W/m7-q8_0.gguf" 7b q8_0 &
+  make_model "$W/m7-q4_k.gguf" 7b q4_k &
   # Q4_K with Q6_K where llama-quantize's Q4_K_M puts it (attn_v, ffn_down, output).
-  [[ -f $W/m7-q4_k_m.gguf ]] || python3 scripts/make-model-raw.py "$W/m7-q4_k_m.gguf" --preset 7b --type q4_k_m &
+  make_model "$W/m7-q4_k_m.gguf" 7b q4_k_m &
   wait
 }
 
@@ -182,8 +190,7 @@ ab_models() { # the AB_MODELS files, made where missing (name m<preset>-<type>, 
   for m in $AB_MODELS; do
     preset=${m%%-*} preset=${preset#m}
     [[ $preset =~ ^[0-9]+$ ]] && preset=${preset}b
-    [[ -f $W/$m.gguf ]] || python3 scripts/make-model-raw.py "$W/$m.gguf" --preset "$preset" \
-      --type "${m#*-}" > /dev/null &
+    make_model "$W/$m.gguf" "$preset" "${m#*-}" &
   done
   wait
 }
@@ -283,8 +290,8 @@ case ${stage:-bench} in
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
       grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT: /" ;;
-  bench)
-    models
+  bench | closing) # closing: the CUDA host built beside the models first
+    if [[ ${stage:-bench} == closing ]]; then build & models; wait; tail -1 "$W/build.log"; else models; fi
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
     bench_one "$W/m7-q8_0.gguf" 7b-q8_0
     bench_one "$W/m1-q4_0.gguf" 1b-q4_0
