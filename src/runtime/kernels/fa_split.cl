@@ -272,22 +272,18 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 // are merged in local memory at the end. So a step is one round trip, where
 // scores for the whole chunk, a group softmax and then the values took two
 // (docs/perf.md step 36). The host picks it for F16 K/V with 8-byte aligned
-// rows, D <= 256 and D % 4 == 0, with a chunk of at most FV_MAX_CHUNK.
+// rows, D <= 256 and D % 4 == 0; a chunk may be any length.
 #define FV_WARPS 4
 #define FV_WG (FV_WARPS * 32)
 #define FV_KB 8 // warp_sum8 reduces a step's scores
 #define FV_SLOTS (FA_MAX_D / 128)
-#define FV_MAX_CHUNK 256
 
-// Four halves from an 8-byte aligned address, as one load.
-inline float4 fv_load4(const __global char *p) {
-    const uint2 u = *(const __global uint2 *)p;
-    return vload_half4(0, (const __private half *)&u);
-}
-
+// Four halves as floats: from the 8 bytes that hold them, and from an
+// 8-byte aligned address, as one load.
 inline float4 fv_half4(uint2 u) {
     return vload_half4(0, (const __private half *)&u);
 }
+inline float4 fv_load4(const __global char *p) { return fv_half4(*(const __global uint2 *)p); }
 
 kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     FA_SPLIT_PARAMS
