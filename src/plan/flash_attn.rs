@@ -168,7 +168,13 @@ pub fn lower_split(
     };
     let heads = (q.ne[2] * q.ne[3]) as usize;
     let (name, wg) = if vec_applies(tk, tv, &k, &v) {
-        ("kernel_fa_vec", FV_WG)
+        // One 128-wide slice of a row a lane: fewer registers, and room for
+        // the next step's loads (fa_split.cl fa_vec_body).
+        if k.ne[0] <= 128 && v.ne[0] <= 128 {
+            ("kernel_fa_vec_d128", FV_WG)
+        } else {
+            ("kernel_fa_vec", FV_WG)
+        }
     } else {
         ("kernel_fa_split", FA_WG)
     };

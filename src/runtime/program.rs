@@ -101,6 +101,7 @@ pub const PACKED: &[&str] = &[
     "kernel_rope_store_f32",
     "kernel_fa_split",
     "kernel_fa_vec",
+    "kernel_fa_vec_d128",
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";

@@ -278,24 +278,56 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 #define FV_KB 8 // warp_sum8 reduces a step's scores
 #define FV_SLOTS (FA_MAX_D / 128)
 
-// Four halves as floats: from the 8 bytes that hold them, and from an
-// 8-byte aligned address, as one load.
+// Four halves as floats, from the 8 bytes that hold them.
 inline float4 fv_half4(uint2 u) {
     return vload_half4(0, (const __private half *)&u);
 }
-inline float4 fv_load4(const __global char *p) { return fv_half4(*(const __global uint2 *)p); }
 
-kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
-    FA_SPLIT_PARAMS
-    LOCAL_ARRAY(float, red, FV_WG);
-    LOCAL_ARRAY(float, wstate, 2 * FV_WARPS);
-    LOCAL_ARRAY(float, accs, FV_WARPS * FA_MAX_D);
-    LOCAL_ARRAY(int, last, 1);
+// A step's loads for warp `warp`: keys t0 + warp * FV_KB .. + FV_KB - 1 of
+// the chunk (past its end: its last row again, in bounds, dropped later),
+// their mask values and their K and V rows as raw halves, `slots` 8-byte
+// words a lane.
+inline void fv_load_step(CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, long kv0, int nk,
+                         int t0, int warp, int lane, long iq, long h, long hk, long z, long DK,
+                         long DV, const int slots, float *mvs, uint2 kraw[FV_KB][FV_SLOTS],
+                         uint2 vraw[FV_KB][FV_SLOTS]) {
+#pragma unroll
+    for (int kb = 0; kb < FV_KB; ++kb) {
+        const long ic = kv0 + min(t0 + warp * FV_KB + kb, nk - 1);
+        mvs[kb] = has_mask ? load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3)) : 0.0f;
+        const __global char *kr = AT(k, 0, ic, hk, z);
+        const __global char *vr = AT(v, 0, ic, hk, z);
+#pragma unroll
+        for (int i = 0; i < slots; ++i) {
+            const long d = 4 * lane + 128 * i;
+            kraw[kb][i] = d < DK ? *(const __global uint2 *)(kr + d * 2) : (uint2)(0u);
+            vraw[kb][i] = d < DV ? *(const __global uint2 *)(vr + d * 2) : (uint2)(0u);
+        }
+    }
+}
+
+// The body of both decode kernels. `slots` (at most FV_SLOTS) is how many
+// 128-wide slices of a row a lane holds: 1 for head sizes up to 128, so a
+// lane spends no registers on a second slice it never uses (two slices took
+// the kernel to 168, docs/perf.md step 36). `prefetch`: a step's loads are
+// issued one step ahead, before the previous step's scores and sums, so a
+// chunk of n steps waits out about one round trip instead of n (long caches,
+// docs/perf.md step 38; a short cache is one step a group, which this does
+// not change).
+inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
+                        __global float *part, ulong part_off, __global uint *cnt, ulong cnt_off,
+                        int chunk, int n_chunks, int c, float scale, float softcap, float slope,
+                        long iq, long h, long hk, long z, long DK, long DV, long n_kv, long row,
+                        TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                        const int slots, const int prefetch, __local float *red,
+                        __local float *wstate, __local float *accs, __local int *last) {
+    const int l = get_local_id(0);
     const int lane = l % 32, warp = l / 32;
     __local float *wred = red + warp * 32;
 
     float4 qv[FV_SLOTS];
-    for (int i = 0; i < FV_SLOTS; ++i) {
+#pragma unroll
+    for (int i = 0; i < slots; ++i) {
         const long d = 4 * lane + 128 * i;
         qv[i] = (float4)(0.0f);
         if (d < DK) {
@@ -307,29 +339,37 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     const long kv0 = (long)c * chunk;
     const int nk = (int)min((long)chunk, n_kv - kv0);
 
-    // Warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step. Rows past the
-    // chunk re-read its last row (in bounds, no branch around the loads) and
-    // are dropped. Every work-item runs the same steps (warp_sum8 holds
-    // group barriers off NVIDIA).
+    // Warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step, loaded
+    // together (fv_load_step), with its own online softmax state. Every
+    // work-item runs the same steps (warp_sum8 holds group barriers off
+    // NVIDIA).
     float Mw = -INFINITY, Sw = 0.0f;
     float4 acc[FV_SLOTS];
-    for (int i = 0; i < FV_SLOTS; ++i) acc[i] = (float4)(0.0f);
+#pragma unroll
+    for (int i = 0; i < slots; ++i) acc[i] = (float4)(0.0f);
+    float mvs[FV_KB];
+    uint2 kraw[FV_KB][FV_SLOTS], vraw[FV_KB][FV_SLOTS];
+    if (prefetch)
+        fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne, mask_nb,
+                     has_mask, kv0, nk, 0, warp, lane, iq, h, hk, z, DK, DV, slots, mvs, kraw,
+                     vraw);
     for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
-        float dots[FV_KB], mvs[FV_KB];
-        uint2 vraw[FV_KB][FV_SLOTS];
+        float mvn[FV_KB];
+        uint2 kn[FV_KB][FV_SLOTS], vn[FV_KB][FV_SLOTS];
+        if (!prefetch)
+            fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
+                         mask_nb, has_mask, kv0, nk, t0, warp, lane, iq, h, hk, z, DK, DV, slots,
+                         mvs, kraw, vraw);
+        else if (t0 + FV_WARPS * FV_KB < nk) // uniform over the group
+            fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
+                         mask_nb, has_mask, kv0, nk, t0 + FV_WARPS * FV_KB, warp, lane, iq, h, hk,
+                         z, DK, DV, slots, mvn, kn, vn);
+        float dots[FV_KB];
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
-            const long ic = kv0 + min(t0 + warp * FV_KB + kb, nk - 1);
-            mvs[kb] = has_mask ? load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3)) : 0.0f;
-            const __global char *kr = AT(k, 0, ic, hk, z);
-            const __global char *vr = AT(v, 0, ic, hk, z);
             float a = 0.0f;
 #pragma unroll
-            for (int i = 0; i < FV_SLOTS; ++i) {
-                const long d = 4 * lane + 128 * i;
-                if (d < DK) a += dot(qv[i], fv_load4(kr + d * 2));
-                vraw[kb][i] = d < DV ? *(const __global uint2 *)(vr + d * 2) : (uint2)(0u);
-            }
+            for (int i = 0; i < slots; ++i) a += dot(qv[i], fv_half4(kraw[kb][i]));
             dots[kb] = a;
         }
         warp_sum8(dots, wred);
@@ -349,13 +389,14 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
         if (Mn != -INFINITY) {
             const float f = exp(Mw - Mn);
             Sw *= f;
-            for (int i = 0; i < FV_SLOTS; ++i) acc[i] *= f;
+#pragma unroll
+            for (int i = 0; i < slots; ++i) acc[i] *= f;
 #pragma unroll
             for (int kb = 0; kb < FV_KB; ++kb) {
                 const float p = sc[kb] == -INFINITY ? 0.0f : exp(sc[kb] - Mn);
                 Sw += p;
 #pragma unroll
-                for (int i = 0; i < FV_SLOTS; ++i) {
+                for (int i = 0; i < slots; ++i) {
                     // A masked row may hold anything (the CPU backend never
                     // reads it): p == 0 must not turn a NaN or inf into the sum.
                     if (4 * lane + 128 * i < DV && p != 0.0f) acc[i] += p * fv_half4(vraw[kb][i]);
@@ -363,12 +404,24 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
             }
             Mw = Mn;
         }
+        if (prefetch && t0 + FV_WARPS * FV_KB < nk) {
+#pragma unroll
+            for (int kb = 0; kb < FV_KB; ++kb) {
+                mvs[kb] = mvn[kb];
+#pragma unroll
+                for (int i = 0; i < slots; ++i) {
+                    kraw[kb][i] = kn[kb][i];
+                    vraw[kb][i] = vn[kb][i];
+                }
+            }
+        }
     }
     if (lane == 0) {
         wstate[2 * warp] = Mw;
         wstate[2 * warp + 1] = Sw;
     }
-    for (int i = 0; i < FV_SLOTS; ++i) {
+#pragma unroll
+    for (int i = 0; i < slots; ++i) {
         const long d = 4 * lane + 128 * i;
         if (d < DV) vstore4(acc[i], 0, accs + warp * FA_MAX_D + d);
     }
@@ -394,3 +447,25 @@ kernel void kernel_fa_vec(FA_SPLIT_ARGS) {
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
                      dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
 }
+
+#define FV_KERNEL(NAME, SLOTS, PREFETCH)                                                    \
+kernel void NAME(FA_SPLIT_ARGS) {                                                           \
+    FA_SPLIT_PARAMS                                                                         \
+    LOCAL_ARRAY(float, red, FV_WG);                                                         \
+    LOCAL_ARRAY(float, wstate, 2 * FV_WARPS);                                               \
+    LOCAL_ARRAY(float, accs, FV_WARPS * FA_MAX_D);                                          \
+    LOCAL_ARRAY(int, last, 1);                                                              \
+    (void)l;                                                                                \
+    fa_vec_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,     \
+                mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,  \
+                n_chunks, c, scale, softcap, slope, iq, h, hk, z, DK, DV, n_kv, row, dst,   \
+                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, red, wstate,  \
+                accs, last);                                                                \
+}
+
+// Head sizes up to 256, and up to 128 (the host picks this one there). The
+// step program runs kernel_fa_vec for both (runtime/step.rs PHASE_ALIASES).
+FV_KERNEL(kernel_fa_vec, FV_SLOTS, 0)
+#ifndef POLYCL_STEP
+FV_KERNEL(kernel_fa_vec_d128, 1, 1)
+#endif
