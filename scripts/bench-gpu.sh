@@ -20,6 +20,8 @@
 #                                            # tg128 fa1, alternating OLD NEW OLD NEW (AB_MODELS)
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
+#   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
+#                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (with PROBE_ARGS)
@@ -73,6 +75,29 @@ for k in sorted(c):
     print("%-8s %-3s %12.1f %12.1f %8.3f" % (k[0], k[1], c[k], pv, pv / c[k]))
 PY
   tail -2 "$W/polycl-$label.err"
+}
+
+depth_one() { # model, label: decode (tg128 fa1) after DEPTHS cached positions, both backends
+  local m=$1 label=$2 d=${DEPTHS:-0,4096,16384}
+  GGML_BACKEND_PATH=$BIN/libggml-cuda.so timeout 600 "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 1 -p 0 \
+    -n 128 -r 2 -d "$d" -o csv > "$W/cuda-depth-$label.csv" 2>/dev/null
+  GGML_BACKEND_PATH=$LIB timeout 600 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 2 \
+    -d "$d" -o csv > "$W/polycl-depth-$label.csv" 2>"$W/polycl-depth-$label.err"
+  python3 - "$W/cuda-depth-$label.csv" "$W/polycl-depth-$label.csv" "$label" <<'PY'
+import csv, sys
+def rows(p):
+    try:
+        return {r["n_depth"]: float(r["avg_ts"]) for r in csv.DictReader(open(p))}
+    except (OSError, KeyError):
+        return {}
+c, p = rows(sys.argv[1]), rows(sys.argv[2])
+print("== %s, tg128 fa1 at depth" % sys.argv[3])
+print("%-8s %12s %12s %8s" % ("depth", "CUDA t/s", "polycl t/s", "ratio"))
+for k in sorted(set(c) | set(p), key=int):
+    cv, pv = c.get(k, 0.0), p.get(k, 0.0)
+    print("%-8s %12.1f %12.1f %8.3f" % (k, cv, pv, pv / cv if cv else 0.0))
+PY
+  tail -2 "$W/polycl-depth-$label.err"
 }
 
 greedy_check() { # same greedy tokens from CUDA and polycl on the small test models
@@ -176,7 +201,7 @@ profile() { # polycl alone: decode with fusions off, on, and on but the newest; 
 
 twice() { # each decode kernel launched twice: the slowdown is its cost inside the chain
   local k
-  for k in none kernel_mul_mv_group_rope_q4_0 kernel_fa_vec kernel_mul_mv_norm_q4_0 kernel_mul_mv_glu_q4_0 \
+  for k in none kernel_mul_mv_group_rope_q4_0 kernel_fa_vec_d128 kernel_mul_mv_norm_q4_0 kernel_mul_mv_glu_q4_0 \
     kernel_mul_mv_q4_0 kernel_fused_rms_norm_wide none; do
     echo "== POLYCL_PROFILE_TWICE=$k"
     # "x" names no kernel: the baseline pays the same name check per launch.
@@ -290,6 +315,10 @@ case ${stage:-bench} in
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
       grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT: /" ;;
+  depth) # the CUDA host built where missing, beside the models
+    [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
+    make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+    depth_one "$W/m1-q4_0.gguf" 1b-q4_0; depth_one "$W/m7-q4_0.gguf" 7b-q4_0 ;;
   bench | closing) # closing: the CUDA host built beside the models first
     if [[ ${stage:-bench} == closing ]]; then build & models; wait; tail -1 "$W/build.log"; else models; fi
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
