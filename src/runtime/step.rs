@@ -83,8 +83,10 @@ pub const PHASES: &[PhaseKind] = &[
 
 /// Kernels that run as another kernel's phase: same arguments, same
 /// results. The step program holds only `kernel_fa_vec`, which takes every
-/// head size `kernel_fa_vec_d128` does: with both, PoCL's compile of the
-/// step program went from ~4 minutes to more than 12 (CI builds it cold).
+/// head size `kernel_fa_vec_d128` does: PoCL's cold compile of the step
+/// program (CI builds it) took 723 s in session 12's CI run and 685 s with
+/// this alias; with both attention kernels in it, it had not finished after
+/// 12.5 minutes.
 const PHASE_ALIASES: &[(&str, &str)] = &[("kernel_fa_vec_d128", "kernel_fa_vec")];
 
 /// Work-group size of the step kernel (STEP_WG).
