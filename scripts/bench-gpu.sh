@@ -54,50 +54,35 @@ build() {
   echo "build rc=$?" >> "$W/build.log"
 }
 
-bench_one() { # model, label: both backends, same flags; prints t/s and ratios
+bench_one() { # model, label, then llama-bench's test flags (default -fa 0,1 -p 512 -n 128): both
+  # backends, same flags; prints t/s and ratios. CUDA_TIMEOUT (default none) and POLYCL_TIMEOUT
+  # (default 300 s) bound each run.
   local m=$1 label=$2
-  "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv > "$W/cuda-$label.csv" 2>/dev/null
-  GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 0,1 -p 512 -n 128 -r 2 -o csv \
-    > "$W/polycl-$label.csv" 2>"$W/polycl-$label.err"
+  shift 2
+  local flags=("$@")
+  (( ${#flags[@]} )) || flags=(-fa 0,1 -p 512 -n 128)
+  timeout "${CUDA_TIMEOUT:-0}" "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 "${flags[@]}" -r 2 -o csv \
+    > "$W/cuda-$label.csv" 2>/dev/null
+  GGML_BACKEND_PATH=$LIB timeout "${POLYCL_TIMEOUT:-300}" "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 \
+    "${flags[@]}" -r 2 -o csv > "$W/polycl-$label.csv" 2>"$W/polycl-$label.err"
   python3 - "$W/cuda-$label.csv" "$W/polycl-$label.csv" "$label" <<'PY'
 import csv, sys
 def rows(p):
     out = {}
     for r in csv.DictReader(open(p)):
         test = "pp%s" % r["n_prompt"] if r["n_prompt"] != "0" else "tg%s" % r["n_gen"]
+        if r.get("n_depth", "0") != "0":
+            test += "@d%s" % r["n_depth"]
         out[(test, r["flash_attn"])] = float(r["avg_ts"])
     return out
 c, p = rows(sys.argv[1]), rows(sys.argv[2])
 print("== %s" % sys.argv[3])
-print("%-8s %-3s %12s %12s %8s" % ("test", "fa", "CUDA t/s", "polycl t/s", "ratio"))
-for k in sorted(c):
-    pv = p.get(k, 0.0)
-    print("%-8s %-3s %12.1f %12.1f %8.3f" % (k[0], k[1], c[k], pv, pv / c[k]))
+print("%-12s %-3s %12s %12s %8s" % ("test", "fa", "CUDA t/s", "polycl t/s", "ratio"))
+for k in sorted(set(c) | set(p)):
+    cv, pv = c.get(k, 0.0), p.get(k, 0.0)
+    print("%-12s %-3s %12.1f %12.1f %8.3f" % (k[0], k[1], cv, pv, pv / cv if cv else 0.0))
 PY
   tail -2 "$W/polycl-$label.err"
-}
-
-depth_one() { # model, label: decode (tg128 fa1) after DEPTHS cached positions, both backends
-  local m=$1 label=$2 d=${DEPTHS:-0,4096,16384}
-  GGML_BACKEND_PATH=$BIN/libggml-cuda.so timeout 600 "$BIN/llama-bench" -m "$m" -dev CUDA0 -ngl 99 -fa 1 -p 0 \
-    -n 128 -r 2 -d "$d" -o csv > "$W/cuda-depth-$label.csv" 2>/dev/null
-  GGML_BACKEND_PATH=$LIB timeout 600 "$BIN/llama-bench" -m "$m" -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 2 \
-    -d "$d" -o csv > "$W/polycl-depth-$label.csv" 2>"$W/polycl-depth-$label.err"
-  python3 - "$W/cuda-depth-$label.csv" "$W/polycl-depth-$label.csv" "$label" <<'PY'
-import csv, sys
-def rows(p):
-    try:
-        return {r["n_depth"]: float(r["avg_ts"]) for r in csv.DictReader(open(p))}
-    except (OSError, KeyError):
-        return {}
-c, p = rows(sys.argv[1]), rows(sys.argv[2])
-print("== %s, tg128 fa1 at depth" % sys.argv[3])
-print("%-8s %12s %12s %8s" % ("depth", "CUDA t/s", "polycl t/s", "ratio"))
-for k in sorted(set(c) | set(p), key=int):
-    cv, pv = c.get(k, 0.0), p.get(k, 0.0)
-    print("%-8s %12.1f %12.1f %8.3f" % (k, cv, pv, pv / cv if cv else 0.0))
-PY
-  tail -2 "$W/polycl-depth-$label.err"
 }
 
 greedy_check() { # same greedy tokens from CUDA and polycl on the small test models
@@ -318,7 +303,10 @@ case ${stage:-bench} in
   depth) # the CUDA host built where missing, beside the models
     [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
     make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
-    depth_one "$W/m1-q4_0.gguf" 1b-q4_0; depth_one "$W/m7-q4_0.gguf" 7b-q4_0 ;;
+    for m in m1-q4_0 m7-q4_0; do
+      CUDA_TIMEOUT=600 POLYCL_TIMEOUT=600 bench_one "$W/$m.gguf" "depth-$m" -fa 1 -p 0 -n 128 \
+        -d "${DEPTHS:-0,4096,16384}"
+    done ;;
   bench | closing) # closing: the CUDA host built beside the models first
     if [[ ${stage:-bench} == closing ]]; then build & models; wait; tail -1 "$W/build.log"; else models; fi
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0
