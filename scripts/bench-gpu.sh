@@ -21,7 +21,8 @@
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
 #   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
-#                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0
+#                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0;
+#                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (with PROBE_ARGS)
@@ -303,10 +304,15 @@ case ${stage:-bench} in
   depth) # the CUDA host built where missing, beside the models
     [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
     make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+    # The 7B at depth once used a whole 600 s call without a figure
+    # (docs/perf.md step 39): each run is bounded, and timestamps say where
+    # the time went.
     for m in m1-q4_0 m7-q4_0; do
-      CUDA_TIMEOUT=600 POLYCL_TIMEOUT=600 bench_one "$W/$m.gguf" "depth-$m" -fa 1 -p 0 -n 128 \
-        -d "${DEPTHS:-0,4096,16384}"
-    done ;;
+      date
+      CUDA_TIMEOUT=${DEPTH_TIMEOUT:-150} POLYCL_TIMEOUT=${DEPTH_TIMEOUT:-150} bench_one "$W/$m.gguf" \
+        "depth-$m" -fa 1 -p 0 -n 128 -d "${DEPTHS:-0,4096,16384}"
+    done
+    date ;;
   bench | closing) # closing: the CUDA host built beside the models first
     if [[ ${stage:-bench} == closing ]]; then build & models; wait; tail -1 "$W/build.log"; else models; fi
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0

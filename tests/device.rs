@@ -85,6 +85,26 @@ fn a_kernel_that_fails_to_build_carries_the_build_log() {
 }
 
 #[test]
+fn binding_more_arguments_than_a_kernel_takes_is_an_error() {
+    use ggml_polycl::runtime::executor::ArgBinder;
+    for d in all_devices() {
+        let src = "__kernel void one_arg(__global float *x) { x[0] = 1.0f; }";
+        let p = program::build_source(&d, "one_arg", src).unwrap();
+        let k = opencl3::kernel::Kernel::create(&p, "one_arg").unwrap();
+        let b = DeviceBuffer::alloc(&d, 64).unwrap();
+        let mut a = ArgBinder::new(&k);
+        // A kernel missing from program::PACKED binds each scalar as an
+        // argument of its own; PoCL crashed on the first one past the end.
+        match a.ptr(opencl3::memory::ClMem::get(&b.mem), 0) {
+            Err(Error::Unsupported(m)) => assert!(m.contains("one_arg"), "{m}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("bound a second argument to a one-argument kernel"),
+        }
+        DeviceBuffer::release(b.base);
+    }
+}
+
+#[test]
 fn allocations_beyond_the_device_limit_are_refused() {
     for d in all_devices() {
         match DeviceBuffer::alloc(&d, d.max_alloc + 1) {

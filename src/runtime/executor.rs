@@ -3,7 +3,7 @@
 
 use super::buffer::finish_event;
 use super::device::Device;
-use crate::error::{ClContext, Result};
+use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
@@ -31,6 +31,10 @@ pub struct Operand {
 pub struct ArgBinder<'k> {
     kernel: &'k Kernel,
     next: u32,
+    /// The kernel's parameter count: binding past it is a signature that
+    /// does not match its binder (a packed kernel missing from PACKED, say),
+    /// which some drivers answer with a crash instead of an error.
+    num_args: u32,
     pack: Option<Vec<u64>>,
     /// A packed kernel's buffer arguments, in order (for the step kernel).
     mems: Vec<cl_mem>,
@@ -53,6 +57,7 @@ impl<'k> ArgBinder<'k> {
         ArgBinder {
             kernel,
             next: 0,
+            num_args: kernel.num_args().unwrap_or(u32::MAX),
             pack: packed.then(Vec::new),
             mems: Vec::new(),
         }
@@ -60,6 +65,9 @@ impl<'k> ArgBinder<'k> {
     /// Binds the packed scalars (a no-op for other kernels) and returns the
     /// buffer that holds them, which must live as long as the launch.
     pub fn finish(self, device: &Device) -> Result<Option<Packed>> {
+        if self.pack.is_some() {
+            self.check_index()?;
+        }
         let Some(mut slots) = self.pack else {
             return Ok(None);
         };
@@ -103,7 +111,19 @@ impl<'k> ArgBinder<'k> {
         }
         self.raw(mem)
     }
+    fn check_index(&self) -> Result<()> {
+        if self.next < self.num_args {
+            return Ok(());
+        }
+        Err(Error::Unsupported(format!(
+            "kernel {} takes {} arguments; its binder passes more (a packed kernel missing \
+             from program::PACKED?)",
+            self.kernel.function_name().unwrap_or_default(),
+            self.num_args
+        )))
+    }
     fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
+        self.check_index()?;
         // SAFETY: T is a plain value whose size matches the kernel parameter at
         // this index by construction of the signatures (checked by the device
         // tests that launch every kernel).
