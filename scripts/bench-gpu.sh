@@ -23,6 +23,8 @@
 #   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
 #                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0;
 #                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
+#   CUDA=OFF stage=depthprof bash scripts/bench-gpu.sh  # polycl alone: a DEPTH-token prompt's time
+#                                            # and a decode step's GPU time per kernel after it
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (with PROBE_ARGS)
@@ -86,11 +88,15 @@ PY
   tail -2 "$W/polycl-$label.err"
 }
 
+host_greedy() { # examples/greedy.c against the host's libraries
+  cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
+    -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
+}
+
 greedy_check() { # same greedy tokens from CUDA and polycl on the small test models
   # (scripts/models.sh output copied to target/gpu/models and carried along)
-  local src=$W/vendor/llama.cpp m fa a b
-  cc -O2 -o "$W/greedy" examples/greedy.c -I"$src/include" -I"$src/ggml/include" -L"$BIN" \
-    -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN" || return
+  local m fa a b
+  host_greedy || return
   for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
     [[ -f $m ]] || continue
     for fa in on off; do
@@ -112,8 +118,7 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
         -fa 0,1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error"
     done
   done
-  cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
-    -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
+  host_greedy
   for m in target/gpu/models/*.gguf "$W/m1-q4_0.gguf"; do
     [[ -f $m ]] || continue
     for fa in on off; do
@@ -161,8 +166,7 @@ profile() { # polycl alone: decode with fusions off, on, and on but the newest; 
         -dev POLYCL0 -ngl 99 -fa 0,1 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|error"
     done
   done
-  cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
-    -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
+  host_greedy
   for fa in on off; do
     POLYCL_LOG=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
       --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "graph compute: .* launches" | tail -n 3 |
@@ -311,6 +315,18 @@ case ${stage:-bench} in
       date
       CUDA_TIMEOUT=${DEPTH_TIMEOUT:-150} POLYCL_TIMEOUT=${DEPTH_TIMEOUT:-150} bench_one "$W/$m.gguf" \
         "depth-$m" -fa 1 -p 0 -n 128 -d "${DEPTHS:-0,4096,16384}"
+    done
+    date ;;
+  depthprof) # polycl alone: how long a DEPTH-token prompt (default 4096) takes, and the GPU time
+    # per kernel of a decode step after it, 1B then 7B Q4_0 (docs/perf.md step 39)
+    [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
+    make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+    host_greedy
+    for m in m1-q4_0 m7-q4_0; do
+      echo "== $m, $(date)"
+      POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout "${DEPTH_TIMEOUT:-150}" "$W/greedy" -m "$W/$m.gguf" \
+        --dev POLYCL0 --fa on -n 4 --prompt-tokens "${DEPTH:-4096}" -b 512 -v 2>&1 |
+        grep -E "profile:|ttft|rror" | tail -n 3
     done
     date ;;
   bench | closing) # closing: the CUDA host built beside the models first
