@@ -301,7 +301,7 @@ int main(int argc, char ** argv) {
     const int                  n_vocab = llama_vocab_n_tokens(vocab);
 
     // Prompt tokens.
-    const int     n_ctx  = 1024;
+    int           n_ctx  = 1024;
     llama_token * prompt = NULL;
     int           n_prompt;
     if (prompt_text != NULL) {
@@ -333,8 +333,13 @@ int main(int argc, char ** argv) {
     if (n_prompt < 1) {
         die("%s", "the prompt needs at least one token");
     }
+    // A context of 1024, or the prompt and the generated tokens rounded up to
+    // 256 where they need more (decode at depth, docs/perf.md step 39).
+    if (n_prompt + n_gen > 1 << 20) {
+        die("%s", "prompt plus generated tokens exceed 1048576");
+    }
     if (n_prompt + n_gen > n_ctx) {
-        die("%s", "prompt plus generated tokens exceed the context of 1024");
+        n_ctx = (n_prompt + n_gen + 255) / 256 * 256;
     }
     if (g_verbose) {
         fprintf(stderr, "greedy: %d prompt tokens:", n_prompt);
