@@ -137,6 +137,11 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
   done
 }
 
+depth_setup() { # the host built where missing, beside the 1B and 7B Q4_0 models of the depth stages
+  [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
+  make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+}
+
 make_model() { # file, preset, type: made where missing, under its name only once complete
   [[ -f $1 ]] || { python3 scripts/make-model-raw.py "$1.tmp" --preset "$2" --type "$3" > /dev/null &&
     mv -f "$1.tmp" "$1"; }
@@ -306,8 +311,7 @@ case ${stage:-bench} in
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
       grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT: /" ;;
   depth) # the CUDA host built where missing, beside the models
-    [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
-    make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+    depth_setup
     # The 7B at depth once used a whole 600 s call without a figure
     # (docs/perf.md step 39): each run is bounded, and timestamps say where
     # the time went.
@@ -319,8 +323,7 @@ case ${stage:-bench} in
     date ;;
   depthprof) # polycl alone: how long a DEPTH-token prompt (default 4096) takes, and the GPU time
     # per kernel of a decode step after it, 1B then 7B Q4_0 (docs/perf.md step 39)
-    [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
-    make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
+    depth_setup
     host_greedy
     for m in m1-q4_0 m7-q4_0; do
       echo "== $m, $(date)"
