@@ -24,6 +24,32 @@ fn every_kernel_program_builds_on_every_device() {
 }
 
 #[test]
+fn a_fill_in_pieces_sets_every_byte_of_its_range_and_no_other() {
+    for d in all_devices() {
+        let b = DeviceBuffer::alloc(&d, 4096).unwrap();
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        b.write(0, &data).unwrap();
+        // Pieces that divide the range, that do not, and one larger than it.
+        for (piece, value) in [(64, 0x11u8), (100, 0x22), (1 << 20, 0x33)] {
+            b.fill_pieces(3, 1000, value, piece).unwrap();
+            let mut back = vec![0u8; 4096];
+            b.read(0, &mut back).unwrap();
+            assert!(back[3..1003].iter().all(|&x| x == value), "piece {piece}");
+            assert_eq!(back[..3], data[..3]);
+            assert_eq!(back[1003..], data[1003..]);
+        }
+        assert!(matches!(
+            b.fill_pieces(0, 10, 0, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            b.fill_pieces(4000, 100, 0, 64),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
+
+#[test]
 fn transfers_round_trip() {
     for d in all_devices() {
         let b = DeviceBuffer::alloc(&d, 4096).unwrap();
