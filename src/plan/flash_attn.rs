@@ -169,8 +169,11 @@ pub fn lower_split(
     let heads = (q.ne[2] * q.ne[3]) as usize;
     let (name, wg) = if vec_applies(tk, tv, &k, &v) {
         // One 128-wide slice of a row a lane: fewer registers, and room for
-        // the next step's loads (fa_split.cl fa_vec_body).
-        if k.ne[0] <= 128 && v.ne[0] <= 128 {
+        // the next step's loads (fa_split.cl fa_vec_body); up to 64, a key
+        // a half-warp, so no lane idles.
+        if k.ne[0] <= 64 && v.ne[0] <= 64 {
+            ("kernel_fa_vec_d64", FV_WG)
+        } else if k.ne[0] <= 128 && v.ne[0] <= 128 {
             ("kernel_fa_vec_d128", FV_WG)
         } else {
             ("kernel_fa_vec", FV_WG)

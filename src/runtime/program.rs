@@ -102,6 +102,7 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_split",
     "kernel_fa_vec",
     "kernel_fa_vec_d128",
+    "kernel_fa_vec_d64",
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";

@@ -235,9 +235,11 @@ inline float warp_max(float v, __local float *scratch) {
 // Eight sums at once, each round's shuffles back to back: volatile asm keeps
 // its order, so eight warp_sum calls in a row wait out each other's five
 // dependent shuffles.
-inline void warp_sum8(float *v, __local float *scratch) {
+// The same over each aligned run of `width` lanes (a power of two up to 32;
+// a butterfly with offsets below `width` stays inside its run).
+inline void lanes_sum8(float *v, __local float *scratch, const int width) {
     (void)scratch;
-    for (int m = 16; m >= 1; m >>= 1) {
+    for (int m = width / 2; m >= 1; m >>= 1) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             float o;
@@ -246,18 +248,26 @@ inline void warp_sum8(float *v, __local float *scratch) {
         }
     }
 }
+inline void warp_sum8(float *v, __local float *scratch) {
+    lanes_sum8(v, scratch, 32);
+}
 #else
-inline float warp_sum(float v, __local float *scratch) {
-    const int lane = get_local_id(0) % 32;
+// The sum over each aligned run of `width` lanes of the group, `scratch`
+// holding `width` floats for the caller's run.
+inline float lanes_sum(float v, __local float *scratch, const int width) {
+    const int lane = get_local_id(0) % width;
     scratch[lane] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 16; s > 0; s >>= 1) {
+    for (int s = width / 2; s > 0; s >>= 1) {
         if (lane < s) scratch[lane] += scratch[lane + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const float r = scratch[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
+}
+inline float warp_sum(float v, __local float *scratch) {
+    return lanes_sum(v, scratch, 32);
 }
 inline float warp_max(float v, __local float *scratch) {
     const int lane = get_local_id(0) % 32;
@@ -271,7 +281,10 @@ inline float warp_max(float v, __local float *scratch) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 }
+inline void lanes_sum8(float *v, __local float *scratch, const int width) {
+    for (int j = 0; j < 8; ++j) v[j] = lanes_sum(v[j], scratch, width);
+}
 inline void warp_sum8(float *v, __local float *scratch) {
-    for (int j = 0; j < 8; ++j) v[j] = warp_sum(v[j], scratch);
+    lanes_sum8(v, scratch, 32);
 }
 #endif

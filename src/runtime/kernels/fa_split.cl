@@ -263,10 +263,11 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 #endif // POLYCL_STEP
 
 // The warp-cooperative decode kernel: same arguments, grid {FV_WG, n_q *
-// n_chunks, n_head * ne3}, local {FV_WG, 1, 1}. A warp owns whole keys and
-// values: lane i holds dims 4i..4i+3 (+128 per slot) of q and of the
-// accumulator, so a key or value row is one 8-byte load per lane, coalesced
-// across the warp, and a score is a warp sum. Each warp takes FV_KB keys a
+// n_chunks, n_head * ne3}, local {FV_WG, 1, 1}. A warp (or, for head sizes
+// up to 64, each half of it) owns whole keys and values: lane i holds dims
+// 4i..4i+3 (+128 per slot) of q and of the accumulator, so a key or value
+// row is one 8-byte load per lane, coalesced across the warp, and a score is
+// a warp (half-warp) sum. Each of them takes FV_KB keys a
 // step and loads their K and V rows together (independent loads, no
 // dependent chains), with its own online softmax state; the warps' states
 // are merged in local memory at the end. So a step is one round trip, where
@@ -277,6 +278,9 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 #define FV_WG (FV_WARPS * 32)
 #define FV_KB 8 // warp_sum8 reduces a step's scores
 #define FV_SLOTS (FA_MAX_D / 128)
+// The most virtual warps (runs of lanes that share a key) of a group: 16-lane
+// runs for head sizes up to 64.
+#define FV_MAX_VW (FV_WG / 16)
 
 // Four halves as floats, from the 8 bytes that hold them.
 inline float4 fv_half4(uint2 u) {
@@ -289,7 +293,8 @@ inline float4 fv_half4(uint2 u) {
 // words a lane.
 inline void fv_load_step(CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, long kv0, int nk,
                          int t0, int warp, int lane, long iq, long h, long hk, long z, long DK,
-                         long DV, const int slots, float *mvs, uint2 kraw[FV_KB][FV_SLOTS],
+                         long DV, const int slots, const int lpk, float *mvs,
+                         uint2 kraw[FV_KB][FV_SLOTS],
                          uint2 vraw[FV_KB][FV_SLOTS]) {
 #pragma unroll
     for (int kb = 0; kb < FV_KB; ++kb) {
@@ -299,7 +304,7 @@ inline void fv_load_step(CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, lo
         const __global char *vr = AT(v, 0, ic, hk, z);
 #pragma unroll
         for (int i = 0; i < slots; ++i) {
-            const long d = 4 * lane + 128 * i;
+            const long d = 4 * lane + 4 * lpk * i;
             kraw[kb][i] = d < DK ? *(const __global uint2 *)(kr + d * 2) : (uint2)(0u);
             vraw[kb][i] = d < DV ? *(const __global uint2 *)(vr + d * 2) : (uint2)(0u);
         }
@@ -319,16 +324,19 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
                         int chunk, int n_chunks, int c, float scale, float softcap, float slope,
                         long iq, long h, long hk, long z, long DK, long DV, long n_kv, long row,
                         TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
-                        const int slots, const int prefetch, __local float *red,
+                        const int slots, const int prefetch, const int lpk, __local float *red,
                         __local float *wstate, __local float *accs, __local int *last) {
     const int l = get_local_id(0);
-    const int lane = l % 32, warp = l / 32;
-    __local float *wred = red + warp * 32;
+    // A run of `lpk` lanes (a virtual warp: 32, or 16 for head sizes up to
+    // 64, so no lane idles) owns a key; lane i of it holds dims 4i..4i+3
+    // (+4 lpk per slot).
+    const int lane = l % lpk, warp = l / lpk, nvw = FV_WG / lpk;
+    __local float *wred = red + warp * lpk;
 
     float4 qv[FV_SLOTS];
 #pragma unroll
     for (int i = 0; i < slots; ++i) {
-        const long d = 4 * lane + 128 * i;
+        const long d = 4 * lane + 4 * lpk * i;
         qv[i] = (float4)(0.0f);
         if (d < DK) {
             const __global char *qp = AT(q, d, iq, h, z);
@@ -351,19 +359,19 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     uint2 kraw[FV_KB][FV_SLOTS], vraw[FV_KB][FV_SLOTS];
     if (prefetch)
         fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne, mask_nb,
-                     has_mask, kv0, nk, 0, warp, lane, iq, h, hk, z, DK, DV, slots, mvs, kraw,
-                     vraw);
-    for (int t0 = 0; t0 < nk; t0 += FV_WARPS * FV_KB) {
+                     has_mask, kv0, nk, 0, warp, lane, iq, h, hk, z, DK, DV, slots, lpk, mvs,
+                     kraw, vraw);
+    for (int t0 = 0; t0 < nk; t0 += nvw * FV_KB) {
         float mvn[FV_KB];
         uint2 kn[FV_KB][FV_SLOTS], vn[FV_KB][FV_SLOTS];
         if (!prefetch)
             fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
                          mask_nb, has_mask, kv0, nk, t0, warp, lane, iq, h, hk, z, DK, DV, slots,
-                         mvs, kraw, vraw);
-        else if (t0 + FV_WARPS * FV_KB < nk) // uniform over the group
+                         lpk, mvs, kraw, vraw);
+        else if (t0 + nvw * FV_KB < nk) // uniform over the group
             fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
-                         mask_nb, has_mask, kv0, nk, t0 + FV_WARPS * FV_KB, warp, lane, iq, h, hk,
-                         z, DK, DV, slots, mvn, kn, vn);
+                         mask_nb, has_mask, kv0, nk, t0 + nvw * FV_KB, warp, lane, iq, h, hk,
+                         z, DK, DV, slots, lpk, mvn, kn, vn);
         float dots[FV_KB];
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
@@ -372,7 +380,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
             for (int i = 0; i < slots; ++i) a += dot(qv[i], fv_half4(kraw[kb][i]));
             dots[kb] = a;
         }
-        warp_sum8(dots, wred);
+        lanes_sum8(dots, wred, lpk);
         float sc[FV_KB];
         float mstep = -INFINITY;
 #pragma unroll
@@ -399,12 +407,13 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
                 for (int i = 0; i < slots; ++i) {
                     // A masked row may hold anything (the CPU backend never
                     // reads it): p == 0 must not turn a NaN or inf into the sum.
-                    if (4 * lane + 128 * i < DV && p != 0.0f) acc[i] += p * fv_half4(vraw[kb][i]);
+                    if (4 * lane + 4 * lpk * i < DV && p != 0.0f)
+                        acc[i] += p * fv_half4(vraw[kb][i]);
                 }
             }
             Mw = Mn;
         }
-        if (prefetch && t0 + FV_WARPS * FV_KB < nk) {
+        if (prefetch && t0 + nvw * FV_KB < nk) {
 #pragma unroll
             for (int kb = 0; kb < FV_KB; ++kb) {
                 mvs[kb] = mvn[kb];
@@ -422,24 +431,24 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     }
 #pragma unroll
     for (int i = 0; i < slots; ++i) {
-        const long d = 4 * lane + 128 * i;
+        const long d = 4 * lane + 4 * lpk * i;
         if (d < DV) vstore4(acc[i], 0, accs + warp * FA_MAX_D + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // The chunk's state: the warps' merged, each scaled to the largest M.
     float M = -INFINITY;
-    for (int w = 0; w < FV_WARPS; ++w) M = fmax(M, wstate[2 * w]);
-    float fw[FV_WARPS];
+    for (int w = 0; w < nvw; ++w) M = fmax(M, wstate[2 * w]);
+    float fw[FV_MAX_VW];
     float S = 0.0f;
-    for (int w = 0; w < FV_WARPS; ++w) {
+    for (int w = 0; w < nvw; ++w) {
         fw[w] = wstate[2 * w] == -INFINITY ? 0.0f : exp(wstate[2 * w] - M);
         S += wstate[2 * w + 1] * fw[w];
     }
     __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
     for (long d = l; d < DV; d += FV_WG) {
         float a = 0.0f;
-        for (int w = 0; w < FV_WARPS; ++w) a += fw[w] == 0.0f ? 0.0f : accs[w * FA_MAX_D + d] * fw[w];
+        for (int w = 0; w < nvw; ++w) a += fw[w] == 0.0f ? 0.0f : accs[w * FA_MAX_D + d] * fw[w];
         o[d] = a;
     }
     // accs[0..DV) is read above by other work-items: the barrier inside the
@@ -448,24 +457,27 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
                      dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
 }
 
-#define FV_KERNEL(NAME, SLOTS, PREFETCH)                                                    \
+#define FV_KERNEL(NAME, SLOTS, PREFETCH, LPK)                                               \
 kernel void NAME(FA_SPLIT_ARGS) {                                                           \
     FA_SPLIT_PARAMS                                                                         \
     LOCAL_ARRAY(float, red, FV_WG);                                                         \
-    LOCAL_ARRAY(float, wstate, 2 * FV_WARPS);                                               \
-    LOCAL_ARRAY(float, accs, FV_WARPS * FA_MAX_D);                                          \
+    LOCAL_ARRAY(float, wstate, 2 * (FV_WG / (LPK)));                                        \
+    LOCAL_ARRAY(float, accs, (FV_WG / (LPK)) * FA_MAX_D);                                   \
     LOCAL_ARRAY(int, last, 1);                                                              \
     (void)l;                                                                                \
     fa_vec_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,     \
                 mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,  \
                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DK, DV, n_kv, row, dst,   \
-                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, red, wstate,  \
-                accs, last);                                                                \
+                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, LPK, red,     \
+                wstate, accs, last);                                                        \
 }
 
 // Head sizes up to 256, and up to 128 (the host picks this one there). The
 // step program runs kernel_fa_vec for both (runtime/step.rs PHASE_ALIASES).
-FV_KERNEL(kernel_fa_vec, FV_SLOTS, 0)
+FV_KERNEL(kernel_fa_vec, FV_SLOTS, 0, 32)
 #ifndef POLYCL_STEP
-FV_KERNEL(kernel_fa_vec_d128, 1, 1)
+FV_KERNEL(kernel_fa_vec_d128, 1, 1, 32)
+// Head sizes up to 64: a key a 16-lane run, so a warp takes two keys at once
+// and no lane idles (with 32 lanes a key, lanes 16-31 held nothing).
+FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 #endif
