@@ -21,10 +21,14 @@ use std::sync::{Arc, OnceLock};
 /// only needs to cover the widest element loads.
 pub const BUFFER_ALIGNMENT: usize = 128;
 
-/// Most bytes one clEnqueueFillBuffer gets: NVIDIA's OpenCL on the H200 never
-/// finished a fill of 2176 MiB (llama.cpp clearing a 7B model's KV cache of
-/// 4352 positions) and did 1632 MiB at once (docs/perf.md step 40).
+/// Most bytes one clEnqueueFillBuffer gets, and its pattern's size. NVIDIA's
+/// OpenCL on the H200 never finished a fill of 2176 MiB (llama.cpp clearing
+/// a 7B model's KV cache of 4352 positions); with a 1-byte pattern, it broke
+/// the process's device context at offsets from 2 GiB to 4 GiB and wrote
+/// wrong bytes at 4.5 GiB, where 16-byte patterns filled right at every
+/// offset up to 5 GiB (scripts/probe/big-offsets.c, docs/perf.md step 40).
 const FILL_PIECE: usize = 1 << 30;
+const FILL_PATTERN: usize = 16;
 
 const FAKE_BASE_START: u64 = 0x1000_0000_0000;
 static NEXT_FAKE_BASE: AtomicU64 = AtomicU64::new(FAKE_BASE_START);
@@ -251,23 +255,32 @@ impl DeviceBuffer {
         self.fill_pieces(offset, len, value, FILL_PIECE)
     }
 
-    /// `fill`, each enqueued fill at most `piece` bytes (0 is an error).
+    /// `fill`, each enqueued fill at most `piece` bytes (rounded down to a
+    /// multiple of FILL_PATTERN, at least one; 0 is an error). The bytes
+    /// outside FILL_PATTERN alignment at either end are written instead.
     pub fn fill_pieces(&self, offset: usize, len: usize, value: u8, piece: usize) -> Result<()> {
         self.check(offset, len)?;
         if piece == 0 {
             return Err(Error::InvalidArgument("a fill in pieces of 0 bytes".into()));
         }
-        let pattern = [value];
-        let mut at = offset;
-        while at < offset + len {
-            let n = piece.min(offset + len - at);
-            // SAFETY: the pattern is copied at enqueue time; range checked.
+        let end = offset + len;
+        let mid0 = offset.next_multiple_of(FILL_PATTERN).min(end);
+        let mid1 = (end / FILL_PATTERN * FILL_PATTERN).max(mid0);
+        let pattern = [value; FILL_PATTERN];
+        self.write(offset, &pattern[..mid0 - offset])?;
+        self.write(mid1, &pattern[..end - mid1])?;
+        let piece = (piece / FILL_PATTERN).max(1) * FILL_PATTERN;
+        let mut at = mid0;
+        while at < mid1 {
+            let n = piece.min(mid1 - at);
+            // SAFETY: the pattern is copied at enqueue time; range checked,
+            // and `at` and `n` are multiples of the pattern's size.
             let ev = unsafe {
                 cq::enqueue_fill_buffer(
                     self.device.queue.get(),
                     self.mem.get(),
                     pattern.as_ptr() as *const c_void,
-                    1,
+                    FILL_PATTERN,
                     at,
                     n,
                     0,
