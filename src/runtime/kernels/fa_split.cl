@@ -290,21 +290,24 @@ inline float4 fv_half4(uint2 u) {
 // A step's loads for warp `warp`: keys t0 + warp * FV_KB .. + FV_KB - 1 of
 // the chunk (past its end: its last row again, in bounds, dropped later),
 // their mask values and their K and V rows as raw halves, `slots` 8-byte
-// words a lane.
-inline void fv_load_step(CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, long kv0, int nk,
-                         int t0, int warp, int lane, long iq, long h, long hk, long z, long DK,
-                         long DV, const int slots, const int lpk, float *mvs,
-                         uint2 kraw[FV_KB][FV_SLOTS],
+// words a lane. `kr0`, `vr0` and `mr0` are the chunk's first K row, V row and
+// mask value, `ks`, `vs` and `ms` the byte strides between keys: a key's
+// address is one 32 x 32 -> 64-bit multiply-add from them, where the
+// tensors' full 64-bit strides and shapes held registers (docs/perf.md step 40).
+inline void fv_load_step(const __global char *kr0, const __global char *vr0,
+                         const __global char *mr0, uint ks, uint vs, uint ms, int has_mask, int nk,
+                         int t0, int warp, int lane, int DK, int DV, const int slots,
+                         const int lpk, float *mvs, uint2 kraw[FV_KB][FV_SLOTS],
                          uint2 vraw[FV_KB][FV_SLOTS]) {
 #pragma unroll
     for (int kb = 0; kb < FV_KB; ++kb) {
-        const long ic = kv0 + min(t0 + warp * FV_KB + kb, nk - 1);
-        mvs[kb] = has_mask ? load_f16(AT(mask, ic, iq, h % mask_ne.s2, z % mask_ne.s3)) : 0.0f;
-        const __global char *kr = AT(k, 0, ic, hk, z);
-        const __global char *vr = AT(v, 0, ic, hk, z);
+        const uint j = (uint)min(t0 + warp * FV_KB + kb, nk - 1);
+        mvs[kb] = has_mask ? load_f16(mr0 + (ulong)j * ms) : 0.0f;
+        const __global char *kr = kr0 + (ulong)j * ks;
+        const __global char *vr = vr0 + (ulong)j * vs;
 #pragma unroll
         for (int i = 0; i < slots; ++i) {
-            const long d = 4 * lane + 4 * lpk * i;
+            const int d = 4 * lane + 4 * lpk * i;
             kraw[kb][i] = d < DK ? *(const __global uint2 *)(kr + d * 2) : (uint2)(0u);
             vraw[kb][i] = d < DV ? *(const __global uint2 *)(vr + d * 2) : (uint2)(0u);
         }
@@ -346,6 +349,11 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     }
     const long kv0 = (long)c * chunk;
     const int nk = (int)min((long)chunk, n_kv - kv0);
+    const int dk = (int)DK, dv = (int)DV;
+    const __global char *kr0 = AT(k, 0, kv0, hk, z);
+    const __global char *vr0 = AT(v, 0, kv0, hk, z);
+    const __global char *mr0 = has_mask ? AT(mask, kv0, iq, h % mask_ne.s2, z % mask_ne.s3) : kr0;
+    const uint ks = (uint)k_nb.s1, vs = (uint)v_nb.s1, ms = (uint)mask_nb.s0;
 
     // Warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step, loaded
     // together (fv_load_step), with its own online softmax state. Every
@@ -358,20 +366,17 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     float mvs[FV_KB];
     uint2 kraw[FV_KB][FV_SLOTS], vraw[FV_KB][FV_SLOTS];
     if (prefetch)
-        fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne, mask_nb,
-                     has_mask, kv0, nk, 0, warp, lane, iq, h, hk, z, DK, DV, slots, lpk, mvs,
-                     kraw, vraw);
+        fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, 0, warp, lane, dk, dv, slots, lpk,
+                     mvs, kraw, vraw);
     for (int t0 = 0; t0 < nk; t0 += nvw * FV_KB) {
         float mvn[FV_KB];
         uint2 kn[FV_KB][FV_SLOTS], vn[FV_KB][FV_SLOTS];
         if (!prefetch)
-            fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
-                         mask_nb, has_mask, kv0, nk, t0, warp, lane, iq, h, hk, z, DK, DV, slots,
+            fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, t0, warp, lane, dk, dv, slots,
                          lpk, mvs, kraw, vraw);
         else if (t0 + nvw * FV_KB < nk) // uniform over the group
-            fv_load_step(k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, mask_off, mask_ne,
-                         mask_nb, has_mask, kv0, nk, t0 + nvw * FV_KB, warp, lane, iq, h, hk,
-                         z, DK, DV, slots, lpk, mvn, kn, vn);
+            fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, t0 + nvw * FV_KB, warp, lane,
+                         dk, dv, slots, lpk, mvn, kn, vn);
         float dots[FV_KB];
 #pragma unroll
         for (int kb = 0; kb < FV_KB; ++kb) {
@@ -407,7 +412,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
                 for (int i = 0; i < slots; ++i) {
                     // A masked row may hold anything (the CPU backend never
                     // reads it): p == 0 must not turn a NaN or inf into the sum.
-                    if (4 * lane + 4 * lpk * i < DV && p != 0.0f)
+                    if (4 * lane + 4 * lpk * i < dv && p != 0.0f)
                         acc[i] += p * fv_half4(vraw[kb][i]);
                 }
             }
