@@ -21,7 +21,7 @@
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
 #   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
-#                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0;
+#                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0 (DEPTH_MODELS);
 #                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
 #   CUDA=OFF stage=depthprof bash scripts/bench-gpu.sh  # polycl alone: a DEPTH-token prompt's time
 #                                            # and a decode step's GPU time per kernel after it
@@ -315,17 +315,17 @@ case ${stage:-bench} in
     # The 7B at depth once used a whole 600 s call without a figure
     # (docs/perf.md step 39): each run is bounded, and timestamps say where
     # the time went.
-    for m in m1-q4_0 m7-q4_0; do
+    for m in ${DEPTH_MODELS:-m1-q4_0 m7-q4_0}; do
       date
       CUDA_TIMEOUT=${DEPTH_TIMEOUT:-150} POLYCL_TIMEOUT=${DEPTH_TIMEOUT:-150} bench_one "$W/$m.gguf" \
         "depth-$m" -fa 1 -p 0 -n 128 -d "${DEPTHS:-0,4096,16384}"
     done
     date ;;
   depthprof) # polycl alone: how long a DEPTH-token prompt (default 4096) takes, and the GPU time
-    # per kernel of a decode step after it, 1B then 7B Q4_0 (docs/perf.md step 39)
+    # per kernel of a decode step after it, 1B then 7B Q4_0 (DEPTH_MODELS; docs/perf.md step 39)
     depth_setup
     host_greedy
-    for m in m1-q4_0 m7-q4_0; do
+    for m in ${DEPTH_MODELS:-m1-q4_0 m7-q4_0}; do
       echo "== $m, $(date)"
       POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout "${DEPTH_TIMEOUT:-150}" "$W/greedy" -m "$W/$m.gguf" \
         --dev POLYCL0 --fa on -n 4 --prompt-tokens "${DEPTH:-4096}" -b 512 -v 2>&1 |
