@@ -208,8 +208,9 @@ pub fn lower_split(
 }
 
 /// Whether `kernel_fa_vec` can read K and V: F16 rows whose every 4-element
-/// group starts 8-byte aligned (it loads them as one 8-byte word), and head
-/// sizes it holds in registers.
+/// group starts 8-byte aligned (it loads them as one 8-byte word), a key's
+/// row stride that fits the 32 bits it steps keys by, and head sizes it
+/// holds in registers.
 fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bool {
     let rows_ok = |t: &TensorType, o: &Operand| {
         t.dtype == GgmlType::F16
@@ -218,6 +219,7 @@ fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bo
             && o.ne[0] <= 256
             && o.offset.is_multiple_of(8)
             && o.nb[1..].iter().all(|s| s.is_multiple_of(8))
+            && o.nb[1] <= u32::MAX as u64
     };
     rows_ok(tk, k) && rows_ok(tv, v)
 }
