@@ -23,31 +23,40 @@ fn every_kernel_program_builds_on_every_device() {
     }
 }
 
+/// A 4096-byte buffer on `d` holding a byte pattern, and that pattern.
+fn patterned_buffer(
+    d: &std::sync::Arc<ggml_polycl::runtime::Device>,
+) -> (std::sync::Arc<DeviceBuffer>, Vec<u8>) {
+    let b = DeviceBuffer::alloc(d, 4096).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    b.write(0, &data).unwrap();
+    (b, data)
+}
+
 #[test]
 fn a_fill_in_pieces_sets_every_byte_of_its_range_and_no_other() {
     for d in all_devices() {
-        let b = DeviceBuffer::alloc(&d, 4096).unwrap();
-        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
-        b.write(0, &data).unwrap();
+        let (b, data) = patterned_buffer(&d);
+        let fill_and_check = |at: usize, n: usize, value: u8, piece: usize| {
+            b.write(0, &data).unwrap();
+            b.fill_pieces(at, n, value, piece).unwrap();
+            let mut back = vec![0u8; 4096];
+            b.read(0, &mut back).unwrap();
+            assert!(
+                back[at..at + n].iter().all(|&x| x == value),
+                "{at} {n} piece {piece}"
+            );
+            assert_eq!(back[..at], data[..at]);
+            assert_eq!(back[at + n..], data[at + n..]);
+        };
         // Pieces that divide the range, that do not, smaller than a pattern,
         // and larger than the range.
         for (piece, value) in [(64, 0x11u8), (100, 0x22), (5, 0x44), (1 << 20, 0x33)] {
-            b.fill_pieces(3, 1000, value, piece).unwrap();
-            let mut back = vec![0u8; 4096];
-            b.read(0, &mut back).unwrap();
-            assert!(back[3..1003].iter().all(|&x| x == value), "piece {piece}");
-            assert_eq!(back[..3], data[..3]);
-            assert_eq!(back[1003..], data[1003..]);
+            fill_and_check(3, 1000, value, piece);
         }
         // Ranges inside one 16-byte pattern, and touching neither end of one.
         for (at, n) in [(5, 7), (16, 16), (17, 0), (30, 40)] {
-            b.write(0, &data).unwrap();
-            b.fill_pieces(at, n, 0x55, 64).unwrap();
-            let mut back = vec![0u8; 4096];
-            b.read(0, &mut back).unwrap();
-            assert!(back[at..at + n].iter().all(|&x| x == 0x55), "{at} {n}");
-            assert_eq!(back[..at], data[..at]);
-            assert_eq!(back[at + n..], data[at + n..]);
+            fill_and_check(at, n, 0x55, 64);
         }
         assert!(matches!(
             b.fill_pieces(0, 10, 0, 0),
@@ -63,9 +72,7 @@ fn a_fill_in_pieces_sets_every_byte_of_its_range_and_no_other() {
 #[test]
 fn transfers_round_trip() {
     for d in all_devices() {
-        let b = DeviceBuffer::alloc(&d, 4096).unwrap();
-        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
-        b.write(0, &data).unwrap();
+        let (b, data) = patterned_buffer(&d);
         let mut back = vec![0u8; 4096];
         b.read(0, &mut back).unwrap();
         assert_eq!(back, data);
