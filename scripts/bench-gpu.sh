@@ -18,6 +18,8 @@
 #   CUDA=OFF stage=tiles bash scripts/bench-gpu.sh  # polycl alone: prompt speed per POLYCL_MMA_TILE
 #   CUDA=OFF stage=ab POLYCL_LIB_OLD=old.so bash scripts/bench-gpu.sh  # two polycl builds, decode
 #                                            # tg128 fa1, alternating OLD NEW OLD NEW (AB_MODELS)
+#   CUDA=OFF stage=abdepth POLYCL_LIB_OLD=old.so bash scripts/bench-gpu.sh  # the same at depth:
+#                                            # tg64 fa1 -r 1 after each of DEPTHS cached positions
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
 #   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
@@ -222,15 +224,30 @@ tg_fa1() { # model name, then VAR=value assignments: tg128 fa1 t/s of polycl ($L
     -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}' | tr -s ' '
 }
 
-ab() { # POLYCL_LIB_OLD against $LIB: alternating, so drift between runs shows as spread
-  local old=${POLYCL_LIB_OLD:?stage=ab needs POLYCL_LIB_OLD, the build to compare against} m side
+ab_run() { # a measure (tg_fa1 or tg_depth): POLYCL_LIB_OLD against $LIB, alternating, so drift
+  # between runs shows as spread
+  local measure=$1 m side
+  local old=${POLYCL_LIB_OLD:?stage=$stage needs POLYCL_LIB_OLD, the build to compare against}
   for side in OLD NEW OLD NEW; do
     for m in $AB_MODELS; do
-      if [[ $side == OLD ]]; then echo "== $m OLD $(tg_fa1 "$m" GGML_BACKEND_PATH="$old")"
-      else echo "== $m NEW $(tg_fa1 "$m")"; fi
+      if [[ $side == OLD ]]; then echo "== $m OLD $("$measure" "$m" GGML_BACKEND_PATH="$old")"
+      else echo "== $m NEW $("$measure" "$m")"; fi
     done
   done
 }
+
+ab() { ab_run tg_fa1; }
+
+tg_depth() { # model, then VAR=value assignments: tg64 fa1 t/s of polycl after each of DEPTHS
+  # cached positions, one rep each (a depth's prompt takes longer than its tokens)
+  local m=$1
+  shift
+  env GGML_BACKEND_PATH=$LIB "$@" timeout 300 "$BIN/llama-bench" -m "$W/$m.gguf" -dev POLYCL0 -ngl 99 \
+    -fa 1 -p 0 -n 64 -d "${DEPTHS:-0,4096,16384}" -r 1 2>&1 |
+    awk -F'|' '/tg64|error/ {printf "%s:%s ", $(NF - 2), $(NF - 1)} END {print ""}' | tr -s ' '
+}
+
+abdepth() { ab_run tg_depth; }
 
 sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice
   local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} m v round
@@ -304,7 +321,7 @@ case ${stage:-bench} in
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
       "$W/$PROBE" ${PROBE_ARGS:-} ;;
-  ab | sweep) # the host built where missing, beside the models
+  ab | abdepth | sweep) # the host built where missing, beside the models
     [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check

@@ -28,14 +28,15 @@ for op in $OPS; do
 done
 # The GPU-only fast kernels (matmul, split-KV flash attention), forced onto
 # this device so CI checks them too; "mma": the tensor-core prompt matmuls
-# and flash attention tile, through their portable emulation of mma.sync
-# (flash attention on the prompt shapes of up to 1024 keys: the emulation
-# takes minutes on the 4096-16384-key cases, which the float tile covers).
+# and flash attention tiles, through their portable emulation of mma.sync
+# (flash attention on the shapes of up to 1024 keys: the emulation takes
+# minutes on the 4096-16384-key cases, which the float tile covers; nb=1 and
+# 3 with 4 or 12 query heads a KV head are the decode GQA kernel's).
 if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
   for run in MUL_MAT:fast FLASH_ATTN_EXT:fast FLASH_ATTN_EXT:onechunk MUL_MAT:mma FLASH_ATTN_EXT:mma; do
     op=${run%%:*} kind=${run#*:}
     filter=()
-    [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(3|32|75),")
+    [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(1|3|32|75),")
     # "onechunk": the decode shapes with the cache split as little as the
     # split kernel allows (POLYCL_FA_GROUPS=1), so every head of up to 256
     # positions is one chunk and takes the path without the merge's counter.
@@ -44,7 +45,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     # their fallbacks: the plan log (POLYCL_LOG) names every launch.
     case $run in
       MUL_MAT:mma) want="kernel_mul_mm_mma_q4_0 kernel_mul_mm_mma_q8_0 kernel_mul_mm_mma_q4_k kernel_mul_mm_mma_q6_k" ;;
-      FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128" ;;
+      FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128 kernel_fa_gqa_d64 kernel_fa_gqa_d128" ;;
       *) want="" ;;
     esac
     log=$(mktemp); rc=0

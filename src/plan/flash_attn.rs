@@ -50,6 +50,34 @@ fn chunks(q: &TensorType, k: &TensorType) -> i64 {
     (k.ne[1].max(0) as u64).div_ceil(chunk(q, k) as u64) as i64
 }
 
+/// Rows of `kernel_fa_gqa_*` (fa_gqa.cl): one m16n8k16 tile of query heads.
+const GQA_ROWS: i64 = 16;
+/// At least a 16-key tile for each of the GQA kernel's four warps.
+const GQA_MIN_CHUNK: i64 = 64;
+
+/// Query heads a KV head, where the GQA kernel could take these shapes
+/// (2 to 16 of them); the operands' own checks are `gqa_applies`.
+fn gqa_ratio(q: &TensorType, k: &TensorType) -> Option<i64> {
+    let ratio = (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2])?;
+    (2..=GQA_ROWS).contains(&ratio).then_some(ratio)
+}
+
+/// The GQA kernel's work-groups along the queries: 16 / G queries each.
+fn gqa_query_groups(q: &TensorType, ratio: i64) -> i64 {
+    let per_group = GQA_ROWS / ratio;
+    (q.ne[1].max(1) + per_group - 1) / per_group
+}
+
+/// The GQA kernel's chunk: as `chunk`, for its groups of a KV head's rows.
+fn gqa_chunk(q: &TensorType, k: &TensorType, ratio: i64) -> i64 {
+    let groups = gqa_query_groups(q, ratio) * k.ne[2] * q.ne[3].max(1);
+    ((k.ne[1] * groups).max(0) as u64)
+        .div_ceil(config::get().fa_groups as u64)
+        .max(1)
+        .next_power_of_two()
+        .clamp(GQA_MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
+}
+
 fn applies(g: &Graph, n: &Node, fast: bool) -> bool {
     if !fast || !matches!(n.op, Op::FlashAttn { .. }) {
         return false;
@@ -66,8 +94,20 @@ fn counter_bytes(q: &TensorType) -> u64 {
     (q.ne[1] * q.ne[2] * q.ne[3] * 4) as u64
 }
 
+/// Partial states of either kernel family: a chunk count's worth per
+/// (query, head), the most of the vector kernels' and the GQA kernel's.
 fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType) -> u64 {
-    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(q, k) * (v.ne[0] + 2) * 4) as u64
+    let gqa = gqa_ratio(q, k).map_or(0, |r| {
+        (k.ne[1].max(0) as u64).div_ceil(gqa_chunk(q, k, r) as u64) as i64
+    });
+    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(q, k).max(gqa) * state_floats(v.ne[0]) * 4) as u64
+}
+
+/// Floats of one chunk's partial state (fa_split.cl `fa_state_floats`): M,
+/// S, two unused, then the DV accumulator elements padded to a multiple of 4,
+/// so that they start 16-byte aligned.
+fn state_floats(dv: i64) -> i64 {
+    4 + (dv + 3) / 4 * 4
 }
 
 fn align(n: u64) -> u64 {
@@ -152,7 +192,9 @@ pub fn lower_split(
     let cnt_off = align(b.mm.scratch_bytes() as u64);
     let part_off = cnt_off + counters;
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
-    let (chunk_len, n_chunks) = (chunk(tq, tk), chunks(tq, tk));
+    let gqa = gqa_applies(b, fa, [tq, tk, tv]);
+    let chunk_len = gqa.map_or_else(|| chunk(tq, tk), |r| gqa_chunk(tq, tk, r));
+    let n_chunks = (tk.ne[1].max(0) as u64).div_ceil(chunk_len as u64) as i64;
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
         return Ok(false);
     }
@@ -167,24 +209,27 @@ pub fn lower_split(
         None
     };
     let heads = (q.ne[2] * q.ne[3]) as usize;
-    let (name, wg) = if vec_applies(tk, tv, &k, &v) {
-        // One 128-wide slice of a row a lane: fewer registers, and room for
-        // the next step's loads (fa_split.cl fa_vec_body); up to 64, a key
-        // a half-warp, so no lane idles.
-        if k.ne[0] <= 64 && v.ne[0] <= 64 {
-            ("kernel_fa_vec_d64", FV_WG)
-        } else if k.ne[0] <= 128 && v.ne[0] <= 128 {
-            ("kernel_fa_vec_d128", FV_WG)
+    let (program, name, wg, global) = if let Some(ratio) = gqa {
+        let name = if q.ne[0] == 64 {
+            "kernel_fa_gqa_d64"
         } else {
-            ("kernel_fa_vec", FV_WG)
-        }
+            "kernel_fa_gqa_d128"
+        };
+        let groups = gqa_query_groups(tq, ratio) * n_chunks;
+        let kv_heads = (k.ne[2] * q.ne[3]) as usize;
+        ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
     } else {
-        ("kernel_fa_split", FA_WG)
+        let (name, wg) = split_kernel(tk, tv, &k, &v);
+        (
+            "fa_split",
+            name,
+            wg,
+            [wg, (q.ne[1] * n_chunks) as usize, heads],
+        )
     };
-    let global = [wg, (q.ne[1] * n_chunks) as usize, heads];
     out.push(grid(
         b,
-        "fa_split",
+        program,
         name,
         global,
         Some([wg, 1, 1]),
@@ -205,6 +250,55 @@ pub fn lower_split(
         },
     )?);
     Ok(true)
+}
+
+/// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.
+fn split_kernel(
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> (&'static str, usize) {
+    if vec_applies(tk, tv, k, v) {
+        // One 128-wide slice of a row a lane: fewer registers, and room for
+        // the next step's loads (fa_split.cl fa_vec_body); up to 64, a key
+        // a half-warp, so no lane idles.
+        if k.ne[0] <= 64 && v.ne[0] <= 64 {
+            ("kernel_fa_vec_d64", FV_WG)
+        } else if k.ne[0] <= 128 && v.ne[0] <= 128 {
+            ("kernel_fa_vec_d128", FV_WG)
+        } else {
+            ("kernel_fa_vec", FV_WG)
+        }
+    } else {
+        ("kernel_fa_split", FA_WG)
+    }
+}
+
+/// Query heads a KV head where the GQA kernel (`fa_gqa.cl`) takes the node:
+/// the mma kernels wanted, 2 to 16 query heads a KV head, head size 64 or
+/// 128 (DK = DV), F32 Q, F16 K and V rows of contiguous halves 4-byte
+/// aligned (a fragment is one 4-byte load) whose row strides fit the 32
+/// bits it steps keys by, and a mask whose element stride does too.
+fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
+    let [q, k, v, mask, _] = &fa.ops;
+    let rows_ok = |o: &Operand| {
+        o.nb[0] == 2
+            && o.offset.is_multiple_of(4)
+            && o.nb[1..].iter().all(|s| s.is_multiple_of(4))
+            && o.nb[1] <= u32::MAX as u64
+    };
+    let ok = super::mul_mv::mma_wanted(&b.device)
+        && tq.dtype == GgmlType::F32
+        && tk.dtype == GgmlType::F16
+        && tv.dtype == GgmlType::F16
+        && matches!(q.ne[0], 64 | 128)
+        && k.ne[0] == q.ne[0]
+        && v.ne[0] == q.ne[0]
+        && rows_ok(k)
+        && rows_ok(v)
+        && (!fa.has_mask || mask.nb[0] <= u32::MAX as u64);
+    ok.then(|| gqa_ratio(tq, tk)).flatten()
 }
 
 /// Whether `kernel_fa_vec` can read K and V: F16 rows whose every 4-element
@@ -322,4 +416,63 @@ fn zero_counters(b: &Binder, scratch: cl_mem, offset: u64, len: u64) -> Result<(
         )
     };
     finish_event(ev, "clEnqueueFillBuffer")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ty(dtype: GgmlType, ne: [i64; 4]) -> TensorType {
+        TensorType::contiguous(dtype, ne)
+    }
+
+    /// The partial-state scratch holds every chunk state either kernel
+    /// family writes: the GQA kernel's chunks are sized for its groups of a
+    /// KV head's rows, so its chunk count can exceed the vector kernels'
+    /// (step 39's first build overran the scratch that way).
+    #[test]
+    fn partial_states_fit_both_kernel_families() {
+        for (n_q, n_head, n_head_kv, n_kv, d) in [
+            (1, 32, 4, 16384, 64),
+            (1, 32, 4, 256, 64),
+            (3, 32, 8, 1024, 128),
+            (8, 12, 1, 113, 128),
+            (1, 16, 16, 4096, 128),
+        ] {
+            let q = ty(GgmlType::F32, [d, n_q, n_head, 1]);
+            let k = ty(GgmlType::F16, [d, n_kv, n_head_kv, 1]);
+            let v = k.clone();
+            let per_chunk = (n_q * n_head * state_floats(d) * 4) as u64;
+            let vec_chunks = chunks(&q, &k) as u64;
+            assert!(partial_bytes(&q, &k, &v) >= vec_chunks * per_chunk);
+            if let Some(ratio) = gqa_ratio(&q, &k) {
+                let c = gqa_chunk(&q, &k, ratio);
+                assert!((GQA_MIN_CHUNK..=MAX_CHUNK).contains(&c) && c.count_ones() == 1);
+                let gqa_chunks = (n_kv as u64).div_ceil(c as u64);
+                assert!(partial_bytes(&q, &k, &v) >= gqa_chunks * per_chunk);
+            } else {
+                assert!(n_head == n_head_kv || n_head / n_head_kv > GQA_ROWS);
+            }
+        }
+    }
+
+    #[test]
+    fn gqa_rows_cover_every_query_head() {
+        // G query heads a KV head, 16 / G queries a group: every (query,
+        // head) row falls in exactly one group.
+        for (n_q, ratio) in [(1, 8), (3, 4), (5, 16), (2, 2), (7, 3)] {
+            let q = ty(GgmlType::F32, [64, n_q, 8 * ratio, 1]);
+            let per_group = GQA_ROWS / ratio;
+            let groups = gqa_query_groups(&q, ratio);
+            assert!(groups * per_group >= n_q);
+            assert!((groups - 1) * per_group < n_q);
+            assert!(per_group * ratio <= GQA_ROWS);
+        }
+        let q = ty(GgmlType::F32, [64, 1, 32, 1]);
+        assert_eq!(gqa_ratio(&q, &ty(GgmlType::F16, [64, 10, 4, 1])), Some(8));
+        assert_eq!(gqa_ratio(&q, &ty(GgmlType::F16, [64, 10, 32, 1])), None);
+        assert_eq!(gqa_ratio(&q, &ty(GgmlType::F16, [64, 10, 1, 1])), None);
+        assert_eq!(state_floats(64), 68);
+        assert_eq!(state_floats(66), 72);
+    }
 }

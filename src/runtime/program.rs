@@ -53,6 +53,16 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ("fa_tile", &[COMMON, include_str!("kernels/fa_tile.cl")]),
     ("fa_mma", &[COMMON, include_str!("kernels/fa_mma.cl")]),
     (
+        "fa_gqa",
+        &[
+            COMMON,
+            "#define FA_HELPERS_ONLY 1",
+            include_str!("kernels/fa_split.cl"),
+            include_str!("kernels/fa_mma.cl"),
+            include_str!("kernels/fa_gqa.cl"),
+        ],
+    ),
+    (
         "fused_norm",
         &[COMMON, include_str!("kernels/fused_norm.cl")],
     ),
@@ -103,6 +113,8 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_vec",
     "kernel_fa_vec_d128",
     "kernel_fa_vec_d64",
+    "kernel_fa_gqa_d64",
+    "kernel_fa_gqa_d128",
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";

@@ -137,6 +137,45 @@ inline float fm_quad_sum(float v, __local float *scratch) {
 #define FM_QSCRATCH_PTR fm_qscratch
 #endif
 
+// One key tile's online softmax step on this lane's NT score fragments
+// (rows g and g + 8, keys 8 nt + 2 tig, + 1): each score scaled, capped,
+// plus its row's ALiBi slope (slope[0] row g, slope[1] row g + 8) times the
+// mask value, and -INFINITY where mk is; then the running maxima M move to
+// the tile's, and the sums L and the accumulator o (D / 8 fragments) are
+// rescaled to them. fa_gqa.cl shares it.
+inline __attribute__((always_inline)) void
+fm_softmax_tile(float4 *s, float mk[][4], const int NT, float scale, float softcap,
+                const float *slope, float *M, float *L, float4 *o, const int D,
+                __local float *qscratch) {
+    float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        float x[4] = {s[nt].x, s[nt].y, s[nt].z, s[nt].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float y = -INFINITY;
+            if (mk[nt][i] != -INFINITY) {
+                y = x[i] * scale;
+                if (softcap != 0.0f) y = softcap * tanh(y);
+                y += slope[i >> 1] * mk[nt][i];
+            }
+            x[i] = y;
+            mt[i >> 1] = fmax(mt[i >> 1], y);
+        }
+        s[nt] = (float4)(x[0], x[1], x[2], x[3]);
+    }
+    float alpha[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const float mn = fmax(M[j], fm_quad_max(mt[j], qscratch));
+        alpha[j] = M[j] == -INFINITY ? 0.0f : exp(M[j] - mn);
+        M[j] = mn;
+        L[j] *= alpha[j];
+    }
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) o[nd] *= (float4)(alpha[0], alpha[0], alpha[1], alpha[1]);
+}
+
 // The kernel body for head size D (a constant at each call). `ks` holds a K
 // tile (FM_BK rows of D + FM_PAD halves), `vt` a V tile transposed (D rows
 // of FM_VST halves), `live` the two tile flags.
@@ -155,6 +194,7 @@ fm_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, float s
     const long n_q = q_ne.s1, n_kv = k_ne.s1;
     const long r0 = (long)get_group_id(1) * FM_BQ + warp * 16 + g, r1 = r0 + 8;
     const float slope = alibi_slope((uint)h, max_bias, m0, m1, n_head_log2);
+    const float slopes[2] = {slope, slope};
 
     // This warp's Q rows as A fragments, one per 16 dimensions.
     uint4 qf[128 / 16];
@@ -234,34 +274,9 @@ fm_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, float s
                 a = fm_mma(qf[kt], (uint2)(kr[8 * kt + tig], kr[8 * kt + 4 + tig]), a, scratch);
             s[nt] = a;
         }
-        // Scaled, capped, sloped, masked; the new row maxima.
-        float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < FM_BK / 8; ++nt) {
-            float x[4] = {s[nt].x, s[nt].y, s[nt].z, s[nt].w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float y = -INFINITY;
-                if (mk[nt][i] != -INFINITY) {
-                    y = x[i] * scale;
-                    if (softcap != 0.0f) y = softcap * tanh(y);
-                    y += slope * mk[nt][i];
-                }
-                x[i] = y;
-                mt[i >> 1] = fmax(mt[i >> 1], y);
-            }
-            s[nt] = (float4)(x[0], x[1], x[2], x[3]);
-        }
-        float alpha[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const float mn = fmax(M[j], fm_quad_max(mt[j], qscratch));
-            alpha[j] = M[j] == -INFINITY ? 0.0f : exp(M[j] - mn);
-            M[j] = mn;
-            L[j] *= alpha[j];
-        }
-#pragma unroll
-        for (int nd = 0; nd < D / 8; ++nd) o[nd] *= (float4)(alpha[0], alpha[0], alpha[1], alpha[1]);
+        // Scaled, capped, sloped, masked; the row maxima, sums and
+        // accumulator moved to the tile's.
+        fm_softmax_tile(s, mk, FM_BK / 8, scale, softcap, slopes, M, L, o, D, qscratch);
         // Probabilities (0 where masked, and on rows with nothing live yet),
         // their lane-partial row sums, and P V.
 #pragma unroll
@@ -318,5 +333,8 @@ fm_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, float s
                 (__local ushort *)vt, live, FM_SCRATCH_PTR, FM_QSCRATCH_PTR, D);              \
     }
 
+// FA_HELPERS_ONLY: another program (fa_gqa.cl) takes the helpers above.
+#ifndef FA_HELPERS_ONLY
 FM_KERNEL(kernel_fa_mma_d64, 64)
 FM_KERNEL(kernel_fa_mma_d128, 128)
+#endif

@@ -27,8 +27,21 @@
 #define FA_PER (FA_MAX_D / FA_WG)
 #define FA_QK8_1 32
 #define FA_Q8_1_BYTES 36
-// Chunks whose partial state the merge loads at once.
+// Chunks whose partial state the merge loads at once: one accumulator
+// element a chunk (the single-row kernels), or four (the GQA kernel's
+// merge, whose groups hold up to 16 rows). The merge is inlined into its
+// kernel, so its loads in flight count in the kernel's registers: the wide
+// batch in the vector kernels took kernel_fa_vec_d128 from 167 to 222
+// registers, two groups a compute unit instead of three (docs/perf.md
+// step 41).
 #define FA_MERGE_BATCH 8
+#define FA_MERGE_BATCH_WIDE 16
+// A chunk's partial state: M, S, two unused floats, then the accumulator
+// (FA_ACC floats in, so that it is 16-byte aligned and the merge takes four
+// elements a load), padded to a multiple of 4 floats; the host's
+// plan/flash_attn.rs `state_floats` is the same.
+#define FA_ACC 4
+inline long fa_state_floats(long DV) { return FA_ACC + ((DV + 3) & ~3L); }
 
 inline float fa_group_max(float v, __local float *red) {
     const int l = get_local_id(0);
@@ -56,37 +69,80 @@ inline float fa_group_sum(float v, __local float *red) {
     return r;
 }
 
-// The merge's loads for chunks c0 .. c0 + FA_MERGE_BATCH - 1 (past the last
-// chunk: the last one again, which the caller drops), all issued before any
-// is used: each chunk's M and S, and its float at 2 + at (element `at` of
-// the accumulator) of its partial state.
-inline void fa_merge_load(const volatile __global float *p, int c0, int n_chunks, long DV,
-                          long at, float *m, float *s, float *x) {
+// The merge's loads for chunks c0 .. c0 + B - 1 (past the last chunk: the
+// last one again, which the caller drops), all issued before any is used:
+// each chunk's M and S, and its W floats from element `at` of the
+// accumulator (W is 4 or 1). `p` is the row's first chunk state, `st`
+// floats apart.
+inline void fa_merge_load(const volatile __global float *p, int c0, int n_chunks, long st,
+                          long at, const int W, const int B, float *m, float *s, float4 *x) {
 #pragma unroll
-    for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-        const int cc = min(c0 + j, n_chunks - 1);
-        m[j] = p[cc * (DV + 2)];
-        s[j] = p[cc * (DV + 2) + 1];
-        x[j] = p[cc * (DV + 2) + 2 + at];
+    for (int j = 0; j < B; ++j) {
+        const volatile __global float *q = p + min(c0 + j, n_chunks - 1) * st;
+        m[j] = q[0];
+        s[j] = q[1];
+        if (W == 4)
+            x[j] = *(const volatile __global float4 *)(q + FA_ACC + at);
+        else
+            x[j] = (float4)(q[FA_ACC + at], 0.0f, 0.0f, 0.0f);
     }
 }
 
-// Publishes this group's chunk, counts it on the (query, head) counter, and
-// lets the last group to arrive merge every chunk into dst (and its Q8_1
-// copy). Called by every work-item of the group; `outs` is local memory of
-// at least DV floats that is no longer read, `red` of wg floats.
-inline void fa_publish_merge(__global float *part, ulong part_off, __global uint *cnt,
-                             ulong cnt_off, long row, int n_chunks, long DV, long h, long iq,
-                             long z, TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
-                             __local float *outs, __local float *red, __local int *last,
-                             int wg) {
+// Every chunk's state of one row folded into the softmax-weighted sum of W
+// accumulator elements from `at`: M, S and the elements kept online, one
+// batch of B chunks' loads at a time. Loops that used each volatile load
+// before issuing the next waited a round trip per chunk (docs/perf.md step
+// 22); a pass for (M, S) before the one for the elements was one more
+// round trip (step 36).
+inline float4 fa_merge_elems(const volatile __global float *p, int n_chunks, long st, long at,
+                             const int W, const int B) {
+    float Mx = -INFINITY, Sx = 0.0f;
+    float4 a = (float4)(0.0f);
+    for (int c0 = 0; c0 < n_chunks; c0 += B) {
+        float mc[FA_MERGE_BATCH_WIDE], sc[FA_MERGE_BATCH_WIDE];
+        float4 vc[FA_MERGE_BATCH_WIDE];
+        fa_merge_load(p, c0, n_chunks, st, at, W, B, mc, sc, vc);
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
+            if (mc[j] > Mx) {
+                const float f = exp(Mx - mc[j]);
+                Sx = Sx * f + sc[j];
+                a = a * f + vc[j];
+                Mx = mc[j];
+            } else {
+                const float f = exp(mc[j] - Mx);
+                Sx += sc[j] * f;
+                a += vc[j] * f;
+            }
+        }
+    }
+    return Sx == 0.0f ? (float4)(0.0f) : a / Sx;
+}
+
+// Publishes this group's chunks, counts them on one counter, and lets the
+// last group to arrive merge every chunk into dst (and its Q8_1 copy).
+// The group holds `nrows` rows: row r is query iq0 + r / G of head
+// h0 + r % G (G query heads that share a KV head, fa_gqa.cl; 1 elsewhere),
+// whose state sits at part row (h + n_head * z) * n_q + iq, and `row0` (row
+// 0's) is the counter. Called by every work-item of the group; `outs` is
+// local memory of at least nrows * DV floats that is no longer read, `red`
+// of wg floats. `wide` (a constant): four accumulator elements a work-item
+// and FA_MERGE_BATCH_WIDE chunks a batch (DV % 4 == 0), else one and
+// FA_MERGE_BATCH.
+inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global uint *cnt,
+                                  ulong cnt_off, long row0, int n_chunks, int DV, long h0,
+                                  int G, int nrows, long iq0, long n_head, long n_q, long z,
+                                  TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                                  __local float *outs, __local float *red, __local int *last,
+                                  int wg, const int wide) {
     const int l = get_local_id(0);
-    // Publish, count, and let the last group of this (query, head) merge. No
+    // Publish, count, and let the last group of these rows merge. No
     // return before the barriers (PoCL 3.1 miscompiles that); `last` is
     // uniform over the group. A lone chunk is its own last group: it needs
     // its partial state visible to itself only, not the device-wide fence and
     // the counter's round trip.
-    volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row);
+    volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row0);
     if (n_chunks > 1) device_fence();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (l == 0) *last = n_chunks == 1 || atomic_inc(ctr) == (uint)(n_chunks - 1);
@@ -94,39 +150,26 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     const int merge = *last;
     if (merge) {
         if (n_chunks > 1) device_fence();
-        const volatile __global float *p = part + part_off / 4 + row * n_chunks * (DV + 2);
-        // Every chunk's M, S and this work-item's accumulator element in
-        // one batch of loads (FA_MERGE_BATCH chunks in flight at a time),
-        // the maximum, the sum and the element kept online. Loops that used
-        // each volatile load before issuing the next waited a round trip per
-        // chunk (docs/perf.md step 22); a pass for (M, S) before the one for
-        // the elements was one more round trip (step 36).
-        for (long d = l; d < DV; d += wg) {
-            float Mx = -INFINITY, Sx = 0.0f, a = 0.0f;
-            for (int c0 = 0; c0 < n_chunks; c0 += FA_MERGE_BATCH) {
-                float mc[FA_MERGE_BATCH], sc[FA_MERGE_BATCH], vc[FA_MERGE_BATCH];
-                fa_merge_load(p, c0, n_chunks, DV, d, mc, sc, vc);
-#pragma unroll
-                for (int j = 0; j < FA_MERGE_BATCH; ++j) {
-                    if (c0 + j >= n_chunks || mc[j] == -INFINITY) continue;
-                    if (mc[j] > Mx) {
-                        const float f = exp(Mx - mc[j]);
-                        Sx = Sx * f + sc[j];
-                        a = a * f + vc[j];
-                        Mx = mc[j];
-                    } else {
-                        const float f = exp(mc[j] - Mx);
-                        Sx += sc[j] * f;
-                        a += vc[j] * f;
-                    }
-                }
+        // Every row's elements at once, W a work-item (fa_merge_elems), so
+        // rows add no round trips; a merging group of the GQA kernel holds
+        // up to 16 rows.
+        const int W = wide ? 4 : 1, per_row = DV / W;
+        const long st = fa_state_floats(DV);
+        for (int e = l; e < nrows * per_row; e += wg) {
+            const int r = e / per_row, d = W * (e - r * per_row);
+            const long h = h0 + r % G, iq = iq0 + r / G;
+            const volatile __global float *p =
+                part + part_off / 4 + ((h + n_head * z) * n_q + iq) * n_chunks * st;
+            const float4 res = wide ? fa_merge_elems(p, n_chunks, st, d, 4, FA_MERGE_BATCH_WIDE)
+                                    : fa_merge_elems(p, n_chunks, st, d, 1, FA_MERGE_BATCH);
+            const float rv[4] = {res.x, res.y, res.z, res.w};
+            for (int i = 0; i < W; ++i) {
+                store_f32(AT(dst, d + i, h, iq, z), rv[i]);
+                if (has_q8) outs[r * DV + d + i] = rv[i];
             }
-            const float r = Sx == 0.0f ? 0.0f : a / Sx;
-            store_f32(AT(dst, d, h, iq, z), r);
-            if (has_q8) outs[d] = r;
         }
-        // Every group of this (query, head) has counted, so nobody else
-        // touches the counter in this launch; the next launch sees 0.
+        // Every group of these rows has counted, so nobody else touches the
+        // counter in this launch; the next launch sees 0.
         if (l == 0 && n_chunks > 1) atomic_xchg(ctr, 0u);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -134,12 +177,10 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     // finite values: a warp a block, a work-item an element. One work-item
     // walking a block's 32 floats was a serial tail on every merging group.
     if (merge && has_q8) {
-        const int lane = l % 32, warp = l / 32, blocks = (int)(DV / FA_QK8_1);
-        // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
-        const long blk0 = blocks * (h + dst_ne.s1 * (iq + dst_ne.s2 * z));
-        for (int b0 = 0; b0 < blocks; b0 += wg / 32) {
-            const int b = b0 + warp;
-            const float x = b < blocks ? outs[b * FA_QK8_1 + lane] : 0.0f;
+        const int lane = l % 32, warp = l / 32, blocks = DV / FA_QK8_1;
+        for (int b0 = 0; b0 < nrows * blocks; b0 += wg / 32) {
+            const int b = b0 + warp, r = b / blocks;
+            const float x = b < nrows * blocks ? outs[b * FA_QK8_1 + lane] : 0.0f;
             const float amax = warp_max(fabs(x), red + warp * 32);
             const float d = qk_div(amax, 127.0f);
             const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
@@ -147,8 +188,11 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
             const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
             // |qi| <= 127 for finite values, so the float sum is exact.
             const float qsum = warp_sum((float)qi, red + warp * 32);
-            if (b < blocks) {
-                __global char *y = q8 + q8_off + (ulong)(blk0 + b) * FA_Q8_1_BYTES;
+            if (b < nrows * blocks) {
+                // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
+                const long h = h0 + r % G, iq = iq0 + r / G;
+                const long blk = blocks * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + b - r * blocks;
+                __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
                 y[4 + lane] = (char)clamp(qi, -128, 127);
                 if (lane == 0) {
                     store_f16(y, d);
@@ -159,16 +203,29 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     }
 }
 
+// fa_publish_merge_rows for the one row (query iq of head h) of a group.
+inline void fa_publish_merge(__global float *part, ulong part_off, __global uint *cnt,
+                             ulong cnt_off, long row, int n_chunks, long DV, long h, long iq,
+                             long z, long n_head, long n_q, TENSOR(dst), int has_q8,
+                             __global char *q8, ulong q8_off, __local float *outs,
+                             __local float *red, __local int *last, int wg) {
+    fa_publish_merge_rows(part, part_off, cnt, cnt_off, row, n_chunks, (int)DV, h, 1, 1, iq,
+                          n_head, n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, outs,
+                          red, last, wg, 0);
+}
+
 // The split kernels' signature, and their scalars and frame (which query
 // row, chunk, head and KV head this group computes), the same for both.
 #define FA_SPLIT_ARGS                                                                       \
     PCTENSOR(q), PCTENSOR(k), PCTENSOR(v), PCTENSOR(mask), __global float *part,            \
         __global uint *cnt, PTENSOR(dst), __global char *q8, PK_PARAMS
-#define FA_SPLIT_PARAMS                                                                     \
+#define FA_SPLIT_UNPACK                                                                     \
     PK_BEGIN PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)        \
     PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
     PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \
-    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)                                          \
+    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)
+#define FA_SPLIT_PARAMS                                                                     \
+    FA_SPLIT_UNPACK                                                                         \
     const int l = get_local_id(0);                                                          \
     const long iq = get_group_id(1) / n_chunks;                                             \
     const int c = get_group_id(1) % n_chunks;                                               \
@@ -183,19 +240,19 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
 // returned DV floats of the accumulator for the caller to fill.
 inline __global float *fa_chunk_state(__global float *part, ulong part_off, long row,
                                       int n_chunks, int c, long DV, float M, float S) {
-    __global float *o = part + part_off / 4 + (row * n_chunks + c) * (DV + 2);
+    __global float *o = part + part_off / 4 + (row * n_chunks + c) * fa_state_floats(DV);
     if (get_local_id(0) == 0) {
         o[0] = M;
         o[1] = S;
     }
-    return o + 2;
+    return o + FA_ACC;
 }
 
 // global {64, n_q * n_chunks, n_head * ne3}, local {64, 1, 1}. `part` and
 // `cnt` are the plan's scratch; `q8` (when has_q8) receives dst as Q8_1
 // blocks in dst's element order, which the caller checked is contiguous F32
 // with DV % 32 == 0.
-#ifndef POLYCL_STEP
+#if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
 kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     FA_SPLIT_PARAMS
     __local float qs[FA_MAX_D];
@@ -257,8 +314,8 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
         if (d < DV) o[d] = acc[i];
     }
 
-    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
-                     dst_ne, dst_nb, has_q8, q8, q8_off, qs, red, &last, FA_WG);
+    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2, q_ne.s1,
+                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, qs, red, &last, FA_WG);
 }
 #endif // POLYCL_STEP
 
@@ -458,8 +515,8 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     }
     // accs[0..DV) is read above by other work-items: the barrier inside the
     // helper comes before it writes `outs`.
-    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, dst, dst_off,
-                     dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
+    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2, q_ne.s1,
+                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
 }
 
 #define FV_KERNEL(NAME, SLOTS, PREFETCH, LPK)                                               \
@@ -479,8 +536,11 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
 
 // Head sizes up to 256, and up to 128 (the host picks this one there). The
 // step program runs kernel_fa_vec for both (runtime/step.rs PHASE_ALIASES).
+// FA_HELPERS_ONLY: another program (fa_gqa.cl) takes the helpers above.
+#ifndef FA_HELPERS_ONLY
 FV_KERNEL(kernel_fa_vec, FV_SLOTS, 0, 32)
-#ifndef POLYCL_STEP
+#endif
+#if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
 FV_KERNEL(kernel_fa_vec_d128, 1, 1, 32)
 // Head sizes up to 64: a key a 16-lane run, so a warp takes two keys at once
 // and no lane idles (with 32 lanes a key, lanes 16-31 held nothing).
