@@ -7,7 +7,7 @@
 //
 // Why: the vector kernels take one query head a work-group, so with G query
 // heads on a KV head every K and V row is read G times, and at a long cache
-// those reads are the whole cost (the 1B, G = 8: attention ~87 us a layer at
+// those reads dominate (the 1B, G = 8: attention ~68 us a layer at
 // 16384 positions where CUDA, which switches to a tensor-core tile with the
 // query heads as its rows, spends ~14; docs/perf.md step 41). Here a
 // work-group takes one KV head, a chunk of its cache, and up to 16 rows: the
