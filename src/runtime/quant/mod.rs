@@ -273,6 +273,31 @@ pub(crate) mod testutil {
         rows
     }
 
+    /// Each of `corner_rows` quantized and dequantized again: (row, its
+    /// quantized bytes, the values read back).
+    pub fn corner_round_trips(
+        block_elems: usize,
+        block_bytes: usize,
+        quantize: fn(&[f32], &mut [u8]),
+        dequantize: fn(&[u8], &mut [f32]),
+    ) -> Vec<(Vec<f32>, Vec<u8>, Vec<f32>)> {
+        corner_rows(block_elems)
+            .into_iter()
+            .map(|row| {
+                let mut q = vec![0u8; row.len() / block_elems * block_bytes];
+                quantize(&row, &mut q);
+                let mut back = vec![0f32; row.len()];
+                dequantize(&q, &mut back);
+                (row, q, back)
+            })
+            .collect()
+    }
+
+    /// The largest magnitude in `xs`.
+    pub fn amax(xs: &[f32]) -> f32 {
+        xs.iter().fold(0f32, |m, v| m.max(v.abs()))
+    }
+
     /// Rows for the comparisons with the real ggml: the corner cases plus many
     /// random rows whose sub-blocks have different scales and offsets, so that
     /// rare rounding-order differences would show.

@@ -238,17 +238,17 @@ mod tests {
 
     #[test]
     fn round_trip_within_bound() {
-        for (r, row) in corner_rows(BLOCK_ELEMS).iter().enumerate() {
-            let mut q = vec![0u8; row.len() / BLOCK_ELEMS * BLOCK_BYTES];
-            quantize_row(row, &mut q);
-            let mut back = vec![0f32; row.len()];
-            dequantize_row(&q, &mut back);
+        for (r, (row, _, back)) in
+            corner_round_trips(BLOCK_ELEMS, BLOCK_BYTES, quantize_row, dequantize_row)
+                .iter()
+                .enumerate()
+        {
             for (k, (xs, ys)) in row.chunks(32).zip(back.chunks(32)).enumerate() {
                 // 16 levels over each sub-block's range (with 0 included); the 6-bit
                 // scales and mins are relative to the super-block's largest, so a
                 // sub-block far smaller than its neighbours may collapse to its min
                 let sb = &row[k / 8 * BLOCK_ELEMS..(k / 8 + 1) * BLOCK_ELEMS];
-                let super_amax = sb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let super_amax = amax(sb);
                 let lo = xs.iter().fold(0f32, |m, v| m.min(*v));
                 let hi = xs.iter().fold(0f32, |m, v| m.max(*v));
                 let err = xs

@@ -166,16 +166,16 @@ mod tests {
 
     #[test]
     fn round_trip_within_bound() {
-        for (r, row) in corner_rows(BLOCK_ELEMS).iter().enumerate() {
-            let mut q = vec![0u8; row.len() / BLOCK_ELEMS * BLOCK_BYTES];
-            quantize_row(row, &mut q);
-            let mut back = vec![0f32; row.len()];
-            dequantize_row(&q, &mut back);
+        for (r, (row, _, back)) in
+            corner_round_trips(BLOCK_ELEMS, BLOCK_BYTES, quantize_row, dequantize_row)
+                .iter()
+                .enumerate()
+        {
             for (k, (xs, ys)) in row.chunks(16).zip(back.chunks(16)).enumerate() {
                 // 64 levels per sub-block, 8-bit scales relative to the super-block's largest
                 let sb = &row[k / 16 * BLOCK_ELEMS..(k / 16 + 1) * BLOCK_ELEMS];
-                let super_amax = sb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let super_amax = amax(sb);
+                let amax = amax(xs);
                 let err = xs
                     .iter()
                     .zip(ys)

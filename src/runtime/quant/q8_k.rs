@@ -69,17 +69,15 @@ mod tests {
 
     #[test]
     fn round_trip_within_bound() {
-        for row in corner_rows(BLOCK_ELEMS) {
-            let mut q = vec![0u8; row.len() / BLOCK_ELEMS * BLOCK_BYTES];
-            quantize_row(&row, &mut q);
-            let mut back = vec![0f32; row.len()];
-            dequantize_row(&q, &mut back);
+        for (row, q, back) in
+            corner_round_trips(BLOCK_ELEMS, BLOCK_BYTES, quantize_row, dequantize_row)
+        {
             for (b, (xs, ys)) in row
                 .chunks(BLOCK_ELEMS)
                 .zip(back.chunks(BLOCK_ELEMS))
                 .enumerate()
             {
-                let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let amax = amax(xs);
                 for (x, y) in xs.iter().zip(ys) {
                     assert!((x - y).abs() <= amax / 254.0 * 1.001, "{x} vs {y}");
                 }
