@@ -4,7 +4,6 @@
 use crate::capi::boundary::guard;
 use crate::error::{Error, Result};
 use crate::ggml::abi::*;
-use crate::ggml::symbols::ggml_base;
 use crate::log;
 use crate::runtime::{Device, DeviceBuffer};
 use std::ffi::c_void;
@@ -38,36 +37,19 @@ pub unsafe fn wrap(
     buft: ggml_backend_buffer_type_t,
     buf: Arc<DeviceBuffer>,
 ) -> ggml_backend_buffer_t {
-    let Ok(base) = ggml_base() else {
-        return std::ptr::null_mut();
-    };
-    let size = buf.size;
-    let base_addr = buf.base;
-    let ctx = Box::into_raw(Box::new(BufferCtx { buf }));
-    // SAFETY: ggml_backend_buffer_init copies the iface and stores ctx.
-    let b = unsafe { (base.buffer_init)(buft, iface(), ctx as *mut c_void, size) };
-    if b.is_null() {
-        // SAFETY: ctx was leaked above and not handed over.
-        drop(unsafe { Box::from_raw(ctx) });
-        DeviceBuffer::release(base_addr);
-    }
-    b
+    let (size, base_addr) = (buf.size, buf.base);
+    super::new_buffer(buft, iface(), BufferCtx { buf }, size, || {
+        DeviceBuffer::release(base_addr)
+    })
 }
 
 /// `b`'s context if it is one of polycl's buffers: non-NULL, with a context,
 /// made by one of polycl's buffer types. None for anything else, which every
 /// entry refuses instead of dereferencing.
 fn ours<'a>(b: ggml_backend_buffer_t) -> Option<&'a BufferCtx> {
-    if b.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL; ggml passes a live buffer struct.
-    let (buft, context) = unsafe { ((*b).buft, (*b).context) };
-    if context.is_null() || buft.is_null() || !super::buffer_type::is_ours(buft) {
-        return None;
-    }
-    // SAFETY: polycl's buffers carry a BufferCtx as context.
-    Some(unsafe { &*(context as *const BufferCtx) })
+    // SAFETY: polycl's buffer types make buffers through `wrap`, whose
+    // context is a BufferCtx.
+    unsafe { super::buffer_context(b, super::buffer_type::is_ours) }
 }
 
 fn not_ours() -> Error {

@@ -12,9 +12,12 @@ pub mod split;
 pub mod stream;
 
 use crate::capi::boundary::guard;
-use crate::ggml::abi::ggml_backend_reg_t;
+use crate::ggml::abi::{
+    ggml_backend_buffer_i, ggml_backend_buffer_t, ggml_backend_buffer_type_t, ggml_backend_reg_t,
+};
 use crate::log;
 use crate::runtime::Device;
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// Runs a void vtable entry. A failure (an error or a panic) cannot be
@@ -40,6 +43,58 @@ pub(crate) fn void_entry(
             d.mark_failed();
         }
     }
+}
+
+/// A new ggml buffer of type `buft` (ggml-base's `ggml_backend_buffer_init`)
+/// with `iface`, whose context is `ctx` until its free_buffer entry takes it
+/// back. NULL when ggml-base is unreachable or refuses the buffer; `ctx` is
+/// then dropped and `undo` runs, so nothing the caller set up for the buffer
+/// outlives it.
+pub(crate) fn new_buffer<T>(
+    buft: ggml_backend_buffer_type_t,
+    iface: ggml_backend_buffer_i,
+    ctx: T,
+    size: usize,
+    undo: impl FnOnce(),
+) -> ggml_backend_buffer_t {
+    let Ok(base) = crate::ggml::symbols::ggml_base() else {
+        drop(ctx);
+        undo();
+        return std::ptr::null_mut();
+    };
+    let ctx = Box::into_raw(Box::new(ctx));
+    // SAFETY: ggml_backend_buffer_init copies the iface and keeps ctx, a
+    // live allocation that the buffer's free_buffer entry reclaims.
+    let b = unsafe { (base.buffer_init)(buft, iface, ctx as *mut c_void, size) };
+    if b.is_null() {
+        // SAFETY: ctx came from Box::into_raw above and was not handed over.
+        drop(unsafe { Box::from_raw(ctx) });
+        undo();
+    }
+    b
+}
+
+/// `b`'s context as a `T` if `b` is non-NULL, has a context, and has a
+/// buffer type that `is_type` accepts; None for anything else, which every
+/// buffer entry refuses instead of dereferencing.
+///
+/// # Safety
+/// Every buffer type that `is_type` accepts makes buffers whose context is
+/// a live `T` (made by `new_buffer`).
+pub(crate) unsafe fn buffer_context<'a, T>(
+    b: ggml_backend_buffer_t,
+    is_type: impl FnOnce(ggml_backend_buffer_type_t) -> bool,
+) -> Option<&'a T> {
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; ggml passes a live buffer struct.
+    let (buft, context) = unsafe { ((*b).buft, (*b).context) };
+    if context.is_null() || buft.is_null() || !is_type(buft) {
+        return None;
+    }
+    // SAFETY: the caller's contract: buffers of an accepted type carry a T.
+    Some(unsafe { &*(context as *const T) })
 }
 
 /// The plugin's entry point: the same static registry on every call, or NULL

@@ -13,7 +13,6 @@ use super::buffer::nbytes;
 use crate::capi::boundary::guard;
 use crate::ggml::abi::*;
 use crate::ggml::ops::OP_MUL_MAT;
-use crate::ggml::symbols::ggml_base;
 use crate::ggml::types::GgmlType;
 use crate::log;
 use crate::runtime::peer::{self, SplitTensor, MAX_SPLIT_DEVICES};
@@ -180,20 +179,10 @@ unsafe extern "C" fn buft_alloc_buffer(
         let Some(s) = lookup(buft) else {
             return std::ptr::null_mut();
         };
-        let Ok(base_fns) = ggml_base() else {
-            return std::ptr::null_mut();
-        };
         let base = DeviceBuffer::reserve_addresses(size);
         peer::add_range(base, size as u64);
-        let ctx = Box::into_raw(Box::new(SplitBuffer { base, buft: s }));
-        // SAFETY: ggml_backend_buffer_init copies the iface and keeps ctx.
-        let b = unsafe { (base_fns.buffer_init)(buft, buffer_iface(), ctx as *mut c_void, size) };
-        if b.is_null() {
-            // SAFETY: ctx was not handed over.
-            drop(unsafe { Box::from_raw(ctx) });
-            peer::remove_range(base);
-        }
-        b
+        let ctx = SplitBuffer { base, buft: s };
+        super::new_buffer(buft, buffer_iface(), ctx, size, || peer::remove_range(base))
     })
 }
 
@@ -201,16 +190,9 @@ unsafe extern "C" fn buft_alloc_buffer(
 /// context, of a split buffer type); None for anything else, which every
 /// entry refuses instead of dereferencing.
 fn ours<'a>(b: ggml_backend_buffer_t) -> Option<&'a SplitBuffer> {
-    if b.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL; ggml passes a live buffer struct.
-    let (buft, context) = unsafe { ((*b).buft, (*b).context) };
-    if context.is_null() || lookup(buft).is_none() {
-        return None;
-    }
-    // SAFETY: split buffers carry a SplitBuffer as context.
-    Some(unsafe { &*(context as *const SplitBuffer) })
+    // SAFETY: the split buffer types make buffers in buft_alloc_buffer,
+    // whose context is a SplitBuffer.
+    unsafe { super::buffer_context(b, |t| lookup(t).is_some()) }
 }
 
 /// The device a failed void entry is charged to: the split's main device,
