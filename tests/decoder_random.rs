@@ -397,29 +397,42 @@ unsafe extern "C" fn n_inputs(u: *mut c_void) -> usize {
     // SAFETY: see `desc`.
     unsafe { desc(u) }.inputs.len()
 }
-unsafe extern "C" fn input(u: *mut c_void, i: usize, out: *mut PolyclTensorInfo) -> bool {
-    // SAFETY: see `desc`; `out` is polycl's local.
+/// Item `i` of the list `pick` takes from the Desc, written to `out`: false
+/// past the end, and where the Desc's injected failure falls.
+///
+/// # Safety
+/// `u` is the Desc that `drive` owns for the call; `out` points to a `O`
+/// that a `T` may be written over (the same type, or a `repr(C)` twin).
+unsafe fn copy_out<T: Copy, O>(
+    u: *mut c_void,
+    i: usize,
+    out: *mut O,
+    pick: fn(&Desc) -> &[T],
+) -> bool {
+    // SAFETY: see `desc`.
     let d = unsafe { desc(u) };
-    if !d.tick() || i >= d.inputs.len() {
+    if !d.tick() {
         return false;
     }
-    // SAFETY: as above.
-    unsafe { *out = d.inputs[i] };
+    let Some(&item) = pick(d).get(i) else {
+        return false;
+    };
+    // SAFETY: the caller's contract on `out`.
+    unsafe { std::ptr::write(out as *mut T, item) };
     true
+}
+
+unsafe extern "C" fn input(u: *mut c_void, i: usize, out: *mut PolyclTensorInfo) -> bool {
+    // SAFETY: `out` is polycl's local PolyclTensorInfo.
+    unsafe { copy_out(u, i, out, |d| &d.inputs) }
 }
 unsafe extern "C" fn n_weights(u: *mut c_void) -> usize {
     // SAFETY: see `desc`.
     unsafe { desc(u) }.weights.len()
 }
 unsafe extern "C" fn weight(u: *mut c_void, i: usize, out: *mut PolyclWeightInfo) -> bool {
-    // SAFETY: see `desc`.
-    let d = unsafe { desc(u) };
-    if !d.tick() || i >= d.weights.len() {
-        return false;
-    }
-    // SAFETY: as above.
-    unsafe { *out = d.weights[i] };
-    true
+    // SAFETY: `out` is polycl's local PolyclWeightInfo.
+    unsafe { copy_out(u, i, out, |d| &d.weights) }
 }
 unsafe extern "C" fn n_nodes(u: *mut c_void) -> usize {
     // SAFETY: see `desc`.
@@ -451,14 +464,8 @@ unsafe extern "C" fn n_outputs(u: *mut c_void) -> usize {
     unsafe { desc(u) }.outputs.len()
 }
 unsafe extern "C" fn output(u: *mut c_void, i: usize, out: *mut PolyclSource) -> bool {
-    // SAFETY: see `desc`.
-    let d = unsafe { desc(u) };
-    if !d.tick() || i >= d.outputs.len() {
-        return false;
-    }
     // SAFETY: RawSource has PolyclSource's layout; polycl reads the kind as an int.
-    unsafe { std::ptr::write(out as *mut RawSource, d.outputs[i]) };
-    true
+    unsafe { copy_out::<RawSource, _>(u, i, out, |d| &d.outputs) }
 }
 
 /// Answers from the Desc's list; 5 is an out-of-range answer on purpose.
