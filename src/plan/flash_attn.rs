@@ -37,17 +37,27 @@ const FA_WG: usize = 64;
 /// Work-items of `kernel_fa_vec` (FV_WG): four warps.
 const FV_WG: usize = 128;
 
-fn chunk(q: &TensorType, k: &TensorType) -> i64 {
-    let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
-    let want = ((k.ne[1] * rows).max(0) as u64)
+/// A power-of-two chunk of `k`'s positions, from `min` to MAX_CHUNK, such
+/// that `groups` work-groups a chunk make about `POLYCL_FA_GROUPS` in all.
+fn chunk_for(k: &TensorType, groups: i64, min: i64) -> i64 {
+    ((k.ne[1] * groups).max(0) as u64)
         .div_ceil(config::get().fa_groups as u64)
-        .max(1);
-    want.next_power_of_two()
-        .clamp(MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
+        .max(1)
+        .next_power_of_two()
+        .clamp(min as u64, MAX_CHUNK as u64) as i64
+}
+
+/// Chunks of `chunk_len` positions that cover `k`'s.
+fn chunk_count(k: &TensorType, chunk_len: i64) -> i64 {
+    (k.ne[1].max(0) as u64).div_ceil(chunk_len as u64) as i64
+}
+
+fn chunk(q: &TensorType, k: &TensorType) -> i64 {
+    chunk_for(k, (q.ne[1] * q.ne[2] * q.ne[3]).max(1), MIN_CHUNK)
 }
 
 fn chunks(q: &TensorType, k: &TensorType) -> i64 {
-    (k.ne[1].max(0) as u64).div_ceil(chunk(q, k) as u64) as i64
+    chunk_count(k, chunk(q, k))
 }
 
 /// Rows of `kernel_fa_gqa_*` (fa_gqa.cl): one m16n8k16 tile of query heads.
@@ -64,18 +74,13 @@ fn gqa_ratio(q: &TensorType, k: &TensorType) -> Option<i64> {
 
 /// The GQA kernel's work-groups along the queries: 16 / G queries each.
 fn gqa_query_groups(q: &TensorType, ratio: i64) -> i64 {
-    let per_group = GQA_ROWS / ratio;
-    (q.ne[1].max(1) + per_group - 1) / per_group
+    (q.ne[1].max(1) as u64).div_ceil((GQA_ROWS / ratio) as u64) as i64
 }
 
 /// The GQA kernel's chunk: as `chunk`, for its groups of a KV head's rows.
 fn gqa_chunk(q: &TensorType, k: &TensorType, ratio: i64) -> i64 {
     let groups = gqa_query_groups(q, ratio) * k.ne[2] * q.ne[3].max(1);
-    ((k.ne[1] * groups).max(0) as u64)
-        .div_ceil(config::get().fa_groups as u64)
-        .max(1)
-        .next_power_of_two()
-        .clamp(GQA_MIN_CHUNK as u64, MAX_CHUNK as u64) as i64
+    chunk_for(k, groups, GQA_MIN_CHUNK)
 }
 
 fn applies(g: &Graph, n: &Node, fast: bool) -> bool {
@@ -97,9 +102,7 @@ fn counter_bytes(q: &TensorType) -> u64 {
 /// Partial states of either kernel family: a chunk count's worth per
 /// (query, head), the most of the vector kernels' and the GQA kernel's.
 fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType) -> u64 {
-    let gqa = gqa_ratio(q, k).map_or(0, |r| {
-        (k.ne[1].max(0) as u64).div_ceil(gqa_chunk(q, k, r) as u64) as i64
-    });
+    let gqa = gqa_ratio(q, k).map_or(0, |r| chunk_count(k, gqa_chunk(q, k, r)));
     (q.ne[1] * q.ne[2] * q.ne[3] * chunks(q, k).max(gqa) * state_floats(v.ne[0]) * 4) as u64
 }
 
@@ -194,7 +197,7 @@ pub fn lower_split(
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
     let gqa = gqa_applies(b, fa, [tq, tk, tv]);
     let chunk_len = gqa.map_or_else(|| chunk(tq, tk), |r| gqa_chunk(tq, tk, r));
-    let n_chunks = (tk.ne[1].max(0) as u64).div_ceil(chunk_len as u64) as i64;
+    let n_chunks = chunk_count(tk, chunk_len);
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
         return Ok(false);
     }

@@ -159,19 +159,7 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
             s[nt] = a;
         }
         fm_softmax_tile(s, mk, 2, scale, softcap, slope, M, L, o, D, qscratch);
-        float p[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            const float xv[4] = {s[nt].x, s[nt].y, s[nt].z, s[nt].w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float pv = xv[i] == -INFINITY ? 0.0f : exp(xv[i] - M[i >> 1]);
-                p[nt][i] = pv;
-                L[i >> 1] += pv;
-            }
-        }
-        const uint4 pa = (uint4)(fm_pack(p[0][0], p[0][1]), fm_pack(p[0][2], p[0][3]),
-                                 fm_pack(p[1][0], p[1][1]), fm_pack(p[1][2], p[1][3]));
+        const uint4 pa = fm_probs(s[0], s[1], M, L);
         // A masked key's V row enters P V times 0, as in fa_mma.cl: it must
         // be finite (llama clears its cache when it allocates it).
 #pragma unroll

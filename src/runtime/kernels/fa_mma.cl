@@ -176,6 +176,27 @@ fm_softmax_tile(float4 *s, float mk[][4], const int NT, float scale, float softc
     for (int nd = 0; nd < D / 8; ++nd) o[nd] *= (float4)(alpha[0], alpha[0], alpha[1], alpha[1]);
 }
 
+// Two score fragments (keys 16 kk .. 16 kk + 15 of rows g and g + 8) as
+// probabilities against the running maxima M (0 where masked, and on rows
+// with nothing live yet), added to the lane-partial sums L, and packed as
+// the A fragment of P V: an m16n8 pair is exactly one m16n8k16 A.
+inline __attribute__((always_inline)) uint4 fm_probs(float4 s0, float4 s1, const float *M,
+                                                     float *L) {
+    const float xv[2][4] = {{s0.x, s0.y, s0.z, s0.w}, {s1.x, s1.y, s1.z, s1.w}};
+    float p[2][4];
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float pv = xv[h2][i] == -INFINITY ? 0.0f : exp(xv[h2][i] - M[i >> 1]);
+            p[h2][i] = pv;
+            L[i >> 1] += pv;
+        }
+    }
+    return (uint4)(fm_pack(p[0][0], p[0][1]), fm_pack(p[0][2], p[0][3]), fm_pack(p[1][0], p[1][1]),
+                   fm_pack(p[1][2], p[1][3]));
+}
+
 // The kernel body for head size D (a constant at each call). `ks` holds a K
 // tile (FM_BK rows of D + FM_PAD halves), `vt` a V tile transposed (D rows
 // of FM_VST halves), `live` the two tile flags.
@@ -281,20 +302,7 @@ fm_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, float s
         // their lane-partial row sums, and P V.
 #pragma unroll
         for (int kk = 0; kk < FM_BK / 16; ++kk) {
-            float p[2][4];
-#pragma unroll
-            for (int h2 = 0; h2 < 2; ++h2) {
-                const float4 x = s[2 * kk + h2];
-                const float xv[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float pv = xv[i] == -INFINITY ? 0.0f : exp(xv[i] - M[i >> 1]);
-                    p[h2][i] = pv;
-                    L[i >> 1] += pv;
-                }
-            }
-            const uint4 pa = (uint4)(fm_pack(p[0][0], p[0][1]), fm_pack(p[0][2], p[0][3]),
-                                     fm_pack(p[1][0], p[1][1]), fm_pack(p[1][2], p[1][3]));
+            const uint4 pa = fm_probs(s[2 * kk], s[2 * kk + 1], M, L);
 #pragma unroll
             for (int nd = 0; nd < D / 8; ++nd) {
                 const __local uint *vr = (const __local uint *)(vt + (8 * nd + g) * FM_VST);
