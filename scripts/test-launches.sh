@@ -124,6 +124,19 @@ if [[ -z "$n2" || -z "$n2t" ]] || (( n2t != n2 + 2 )); then
   echo "FAIL: POLYCL_PROFILE_TWICE did not launch the GLU kernel twice a layer"; fail=1
 fi
 
+# POLYCL_PROFILE=span (where a token's time goes, runtime/profile.rs): a line for each compute
+# (logged at the next one) with the decode step's launch count, its GPU span, the GPU's idle
+# time before it and the host's set_tensor calls in that time.
+out=$(POLYCL_PROFILE=span POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+  -m "$MDIR/tiny-q4_0-2.gguf" --fa on --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) ||
+  { echo "$out" | tail -n 20 >&2; die "generation with POLYCL_PROFILE=span failed"; }
+spans=$(grep -cE "span: $n2 launches, enqueued in [0-9.]+ us, .*GPU span [0-9.]+ us, GPU idle [0-9.]+ us before it;.* set_tensor [0-9]+ in" <<<"$out" || true)
+echo "POLYCL_PROFILE=span, fa on: $spans decode-step lines"
+grep -m1 "span: $n2 launches" <<<"$out" || true
+if (( spans < 2 )); then
+  echo "FAIL: POLYCL_PROFILE=span logged fewer than 2 decode steps of $n2 launches"; fail=1
+fi
+
 # The step kernel (POLYCL_STEP=1): a decode step's launches no longer grow
 # with the layer count.
 n2=$(POLYCL_STEP=1 launches 2 on)

@@ -14,12 +14,13 @@
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
+//! | `POLYCL_WRITE` | `async` or `blocking` | ggml's small tensor writes (up to 256 KiB: a decode step's inputs): `async` (default) enqueues each from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
 //! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
-//! | `POLYCL_PROFILE` | `0` or `1` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures) |
+//! | `POLYCL_PROFILE` | `0`, `1` or `span` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events (drains the queue after every compute: for finding where time goes, not for speed figures); `span`: events on each compute's first and last launch only, nothing drained, and one line a compute (at the next one) with the host's enqueue time, how long the first kernel waited to start, the GPU's span from the first kernel's start to the last one's end, and how long the GPU sat idle since the compute before: where a token's time goes between the host and the device |
 //! | `POLYCL_PROFILE_TWICE` | a kernel name, e.g. `kernel_mul_mv_q4_0` | benchmarks only: launch every launch of that kernel twice, so the difference in a benchmark's time is what the kernel costs inside the real launch chain (profiling events overstate short kernels by ~5 us on the H200, docs/perf.md step 15); the results are wrong |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
@@ -52,8 +53,10 @@ pub struct Config {
     pub fa_groups: u32,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
     pub mma_tile: MmaTile,
-    /// GPU time per kernel in the log (`POLYCL_PROFILE`).
-    pub profile: bool,
+    /// How small tensor writes are enqueued (`POLYCL_WRITE`).
+    pub write_mode: WriteMode,
+    /// Profiling events and what the log says of them (`POLYCL_PROFILE`).
+    pub profile: Profile,
     /// A kernel launched twice for timing (`POLYCL_PROFILE_TWICE`).
     pub profile_twice: Option<String>,
     /// The persistent step kernel (`POLYCL_STEP`); None: off.
@@ -69,6 +72,25 @@ pub struct Config {
     pub q8_cache: u8,
     /// Problems found while reading; logged once at init, each names its variable.
     pub problems: Vec<String>,
+}
+
+/// What `POLYCL_WRITE` asks for (runtime/upload.rs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    #[default]
+    Async,
+    Blocking,
+}
+
+/// What `POLYCL_PROFILE` asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    #[default]
+    Off,
+    /// Every launch's event, the queue drained after each compute.
+    Kernels,
+    /// Events on each compute's first and last launch only.
+    Span,
 }
 
 impl Config {
@@ -299,6 +321,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
+    if let Some(v) = get("POLYCL_WRITE") {
+        match v.trim() {
+            "async" => c.write_mode = WriteMode::Async,
+            "blocking" => c.write_mode = WriteMode::Blocking,
+            _ => c.problems.push(format!(
+                "POLYCL_WRITE={v:?}: expected async or blocking; using async"
+            )),
+        }
+    }
     if let Some(v) = get("POLYCL_MMA_TILE") {
         match parse_mma_tile(&v) {
             Ok(t) => c.mma_tile = t,
@@ -350,10 +381,11 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     if let Some(v) = get("POLYCL_PROFILE") {
         match v.trim() {
-            "0" => c.profile = false,
-            "1" => c.profile = true,
+            "0" => c.profile = Profile::Off,
+            "1" => c.profile = Profile::Kernels,
+            "span" => c.profile = Profile::Span,
             _ => c.problems.push(format!(
-                "POLYCL_PROFILE={v:?}: expected 0 or 1; not profiling"
+                "POLYCL_PROFILE={v:?}: expected 0, 1 or span; not profiling"
             )),
         }
     }
@@ -445,6 +477,26 @@ mod tests {
         assert_eq!(c.devices, None);
         assert_eq!(c.plan_cache_size, 64);
         assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn write_modes() {
+        assert_eq!(with(&[]).write_mode, WriteMode::Async);
+        let c = with(&[("POLYCL_WRITE", "blocking")]);
+        assert_eq!(c.write_mode, WriteMode::Blocking);
+        let c = with(&[("POLYCL_WRITE", "pinned")]);
+        assert_eq!(c.write_mode, WriteMode::Async);
+        assert!(c.problems[0].contains("POLYCL_WRITE"));
+    }
+
+    #[test]
+    fn profile_modes() {
+        assert_eq!(with(&[]).profile, Profile::Off);
+        assert_eq!(with(&[("POLYCL_PROFILE", "1")]).profile, Profile::Kernels);
+        assert_eq!(with(&[("POLYCL_PROFILE", " span ")]).profile, Profile::Span);
+        let c = with(&[("POLYCL_PROFILE", "all")]);
+        assert_eq!(c.profile, Profile::Off);
+        assert!(c.problems[0].contains("POLYCL_PROFILE"));
     }
 
     #[test]

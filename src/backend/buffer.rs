@@ -5,6 +5,7 @@ use crate::capi::boundary::guard;
 use crate::error::{Error, Result};
 use crate::ggml::abi::*;
 use crate::log;
+use crate::runtime::profile::{host_call, HostCall};
 use crate::runtime::{Device, DeviceBuffer};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -191,7 +192,7 @@ unsafe extern "C" fn set_tensor(
                 // SAFETY: non-NULL; the caller passes `size` readable bytes.
                 unsafe { std::slice::from_raw_parts(data as *const u8, size) }
             };
-            buf.write(o, src)
+            host_call(HostCall::SetTensor, || buf.write(o, src))
         },
     )
 }
@@ -220,7 +221,7 @@ unsafe extern "C" fn get_tensor(
                 // SAFETY: non-NULL; the caller passes `size` writable bytes.
                 unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) }
             };
-            buf.read(o, dst)
+            host_call(HostCall::GetTensor, || buf.read(o, dst))
         },
     )
 }

@@ -11,6 +11,7 @@ use crate::ggml::abi::*;
 use crate::log;
 use crate::passes;
 use crate::plan::{cache::PlanCache, Plan};
+use crate::runtime::profile::{host_call, HostCall};
 use crate::runtime::Device;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -117,7 +118,7 @@ unsafe extern "C" fn synchronize(b: ggml_backend_t) {
             let c = ours(b).ok_or_else(|| {
                 Error::InvalidArgument("synchronize: NULL or not a polycl backend".into())
             })?;
-            c.dev.synchronize()
+            host_call(HostCall::Synchronize, || c.dev.synchronize())
         },
     )
 }
@@ -229,6 +230,7 @@ unsafe extern "C" fn graph_compute(b: ggml_backend_t, g: *mut ggml_cgraph) -> c_
             log::error(&format!("{}: graph_compute: {e}", c.dev.name));
             return STATUS_FAILED;
         }
+        crate::runtime::profile::compute_entered();
         match compute(c, g) {
             Ok(()) => STATUS_SUCCESS,
             Err(e) => {

@@ -18,9 +18,10 @@ pub mod rope_store;
 
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Place, Value};
-use crate::runtime::executor::{Launch, Operand};
+use crate::runtime::executor::{Launch, Operand, LAUNCHES};
 use crate::runtime::{Device, DeviceBuffer};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub struct Plan {
@@ -217,7 +218,23 @@ impl Plan {
         let every = crate::config::get().flush_every;
         let mut since_flush = 0;
         let mut step_end = 0;
+        // POLYCL_PROFILE=span: the first launch is timed, and each launch is
+        // held back one iteration (enqueued at the top of the next, so the
+        // order is unchanged) until the loop ends, where the last one is timed.
+        let span = crate::runtime::profile::span();
+        let (t0, n0) = (std::time::Instant::now(), LAUNCHES.load(Ordering::Relaxed));
+        let gap = if span {
+            crate::runtime::profile::take_host_gap()
+        } else {
+            Default::default()
+        };
+        let mut first = None;
+        let mut first_enqueued = t0;
+        let mut held: Option<&Launch> = None;
         for (i, l) in self.launches.iter().enumerate() {
+            if let Some(h) = held.take() {
+                h.enqueue(&self.device)?;
+            }
             let run = self.mm.before(&self.device, i, l, &mut s)?;
             if let Some((end, batch)) = self.steps.get(&i) {
                 // Plain launches (MatmulState::plain): `run` is true for each.
@@ -228,7 +245,14 @@ impl Plan {
                 continue;
             }
             if run && i >= step_end {
-                l.enqueue(&self.device)?;
+                if !span {
+                    l.enqueue(&self.device)?;
+                } else if first.is_none() {
+                    first_enqueued = std::time::Instant::now();
+                    first = l.enqueue_timed(&self.device, true)?;
+                } else {
+                    held = Some(l);
+                }
                 since_flush += 1;
                 if since_flush == every {
                     self.device.flush()?;
@@ -236,11 +260,26 @@ impl Plan {
                 }
             }
         }
+        let last = match held {
+            Some(h) => h.enqueue_timed(&self.device, true)?,
+            None => None,
+        };
         self.mm.finish(&self.device, self.launches.len(), s)?;
         self.device.flush()?;
-        if crate::runtime::profile::enabled() {
+        if crate::runtime::profile::per_kernel() {
             self.device.synchronize()?;
             crate::runtime::profile::report(&self.device.name);
+        }
+        if span {
+            let this = first.map(|first| crate::runtime::profile::Span {
+                first,
+                first_enqueued,
+                last,
+                launches: LAUNCHES.load(Ordering::Relaxed) - n0,
+                enqueue_us: t0.elapsed().as_secs_f64() * 1e6,
+                gap,
+            });
+            crate::runtime::profile::span_next(&self.device.name, this);
         }
         Ok(())
     }

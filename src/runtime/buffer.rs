@@ -210,7 +210,7 @@ impl DeviceBuffer {
 
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
-        if data.is_empty() {
+        if data.is_empty() || self.device.write_staged(self.mem.get(), offset, data)? {
             return Ok(());
         }
         // SAFETY: the write is blocking, so `data` outlives the transfer, and the
@@ -248,7 +248,10 @@ impl DeviceBuffer {
                 std::ptr::null(),
             )
         };
-        finish_event(ev, "clEnqueueReadBuffer")
+        finish_event(ev, "clEnqueueReadBuffer")?;
+        // A blocking read returns after every command before it.
+        self.device.uploads_drained();
+        Ok(())
     }
 
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
@@ -329,7 +332,9 @@ impl DeviceBuffer {
 
 impl Device {
     pub fn synchronize(&self) -> Result<()> {
-        self.queue.finish().cl("clFinish")
+        self.queue.finish().cl("clFinish")?;
+        self.uploads_drained();
+        Ok(())
     }
     pub fn flush(&self) -> Result<()> {
         self.queue.flush().cl("clFlush")

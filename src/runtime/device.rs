@@ -44,6 +44,8 @@ pub struct Device {
     pub(crate) programs: Mutex<HashMap<&'static str, Arc<Program>>>,
     /// Work-groups the step kernel launches here, found once (0: none).
     pub(crate) step_groups: OnceLock<usize>,
+    /// Host copies of writes still in flight (`POLYCL_WRITE`, upload.rs).
+    pub(crate) uploads: Mutex<super::upload::Uploads>,
 }
 
 impl Device {
@@ -179,7 +181,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
     let mut out = Vec::new();
     for (index, (pi, d)) in selected.into_iter().enumerate() {
         let context = contexts[&pi].clone();
-        let properties = if super::profile::enabled() {
+        let properties = if super::profile::any() {
             opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
         } else {
             0
@@ -221,6 +223,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
             step_groups: OnceLock::new(),
+            uploads: Mutex::new(Default::default()),
         };
         log::info(&format!(
             "{}: {} ({}, {} MiB, max buffer {} MiB)",

@@ -5,6 +5,7 @@ use super::buffer::finish_event;
 use super::device::Device;
 use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
+use opencl3::event::Event;
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
 use opencl3::types::cl_mem;
@@ -184,18 +185,24 @@ pub static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 impl Launch {
     pub fn enqueue(&self, device: &Device) -> Result<()> {
-        self.enqueue_once(device)?;
-        if let Some(twice) = &crate::config::get().profile_twice {
-            if self.kernel.function_name().is_ok_and(|n| &n == twice) {
-                return self.enqueue_once(device);
-            }
-        }
-        Ok(())
+        self.enqueue_timed(device, false).map(|_| ())
     }
 
-    fn enqueue_once(&self, device: &Device) -> Result<()> {
+    /// `enqueue`, returning the first launch's profiling event when `timed`
+    /// (or when `POLYCL_PROFILE=1` keeps every event, None: the profile holds it).
+    pub fn enqueue_timed(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
+        let ev = self.enqueue_once(device, timed)?;
+        if let Some(twice) = &crate::config::get().profile_twice {
+            if self.kernel.function_name().is_ok_and(|n| &n == twice) {
+                self.enqueue_once(device, false)?;
+            }
+        }
+        Ok(ev)
+    }
+
+    fn enqueue_once(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
         if self.global[..self.dims as usize].contains(&0) {
-            return Ok(());
+            return Ok(None);
         }
         if crate::fault::queue() {
             // CL_OUT_OF_RESOURCES: what a device that lost its queue answers.
@@ -204,7 +211,8 @@ impl Launch {
         let local = self.local.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         super::counters::launched(self.kind);
-        if let Some(f) = raw_enqueue().filter(|_| !super::profile::enabled()) {
+        let every = super::profile::per_kernel();
+        if let Some(f) = raw_enqueue().filter(|_| !every && !timed) {
             // SAFETY: as below; passing a null event pointer asks OpenCL for no
             // event object, which saves its creation and release per launch.
             let status = unsafe {
@@ -221,7 +229,7 @@ impl Launch {
                 )
             };
             return if status == 0 {
-                Ok(())
+                Ok(None)
             } else {
                 Err(crate::error::Error::OpenCl(
                     "clEnqueueNDRangeKernel",
@@ -243,14 +251,18 @@ impl Launch {
                 std::ptr::null(),
             )
         };
-        if super::profile::enabled() {
-            if let Ok(e) = ev {
-                let name = self.kernel.function_name().unwrap_or_default();
-                super::profile::record(name, opencl3::event::Event::new(e));
-                return Ok(());
+        if every || timed {
+            let e = Event::new(
+                ev.map_err(|s| crate::error::Error::OpenCl("clEnqueueNDRangeKernel", s))?,
+            );
+            if timed {
+                return Ok(Some(e));
             }
+            let name = self.kernel.function_name().unwrap_or_default();
+            super::profile::record(name, e);
+            return Ok(None);
         }
-        finish_event(ev, "clEnqueueNDRangeKernel")
+        finish_event(ev, "clEnqueueNDRangeKernel").map(|_| None)
     }
 }
 

@@ -12,6 +12,7 @@ pub mod profile;
 pub mod program;
 pub mod quant;
 pub mod step;
+pub mod upload;
 
 pub use buffer::{DeviceBuffer, BUFFER_ALIGNMENT};
 pub use device::{devices, Device};

@@ -5,19 +5,187 @@
 //! measure tokens per second) and one log line sums the kernels' device time
 //! by name, next to the span from the first kernel's start to the last one's
 //! end (span minus busy = the GPU waiting for the host).
+//!
+//! `POLYCL_PROFILE=span`: only each compute's first and last launch get an
+//! event and nothing is drained, so the run keeps its speed. The line for a
+//! compute comes at the start of the next one (a host such as llama has read
+//! its results by then, so its events are complete) and says where a
+//! token's time goes: the GPU's span, and the GPU idle before it since the
+//! compute before ended (the host's time between tokens: its own work, the
+//! read-back, polycl's graph lookup and the first enqueue).
 
+use crate::config::Profile;
 use crate::log;
 use opencl3::event::Event;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 static PENDING: Mutex<Vec<(String, Event)>> = Mutex::new(Vec::new());
 
-pub fn enabled() -> bool {
-    crate::config::get().profile
+/// Every launch keeps its event (`POLYCL_PROFILE=1`).
+pub fn per_kernel() -> bool {
+    crate::config::get().profile == Profile::Kernels
 }
 
-/// Keeps a launch's event until the compute's report.
+/// Each compute's first and last launch keep theirs (`POLYCL_PROFILE=span`).
+pub fn span() -> bool {
+    crate::config::get().profile == Profile::Span
+}
+
+/// Whether queues record profiling times at all.
+pub fn any() -> bool {
+    crate::config::get().profile != Profile::Off
+}
+
+/// What the host did between two computes (`POLYCL_PROFILE=span`): the
+/// ggml entries that move data or wait, timed, and when the last wait
+/// returned and the next graph compute began.
+#[derive(Default, Clone, Copy)]
+pub struct HostGap {
+    /// (calls, time inside them) of set_tensor, get_tensor and synchronize.
+    pub calls: [(u32, Duration); 3],
+    pub first_wait_return: Option<Instant>,
+    pub last_wait_return: Option<Instant>,
+    pub compute_entry: Option<Instant>,
+}
+
+/// The ggml entries `HostGap` times.
+#[derive(Clone, Copy)]
+pub enum HostCall {
+    SetTensor = 0,
+    GetTensor = 1,
+    Synchronize = 2,
+}
+
+static HOST_GAP: Mutex<Option<HostGap>> = Mutex::new(None);
+
+/// Runs `f`, timed into the host gap when `POLYCL_PROFILE=span`.
+pub fn host_call<T>(kind: HostCall, f: impl FnOnce() -> T) -> T {
+    if !span() {
+        return f();
+    }
+    let t = Instant::now();
+    let r = f();
+    let mut g = HOST_GAP.lock();
+    let g = g.get_or_insert_with(HostGap::default);
+    let c = &mut g.calls[kind as usize];
+    c.0 += 1;
+    c.1 += t.elapsed();
+    if !matches!(kind, HostCall::SetTensor) {
+        let now = Instant::now();
+        g.first_wait_return.get_or_insert(now);
+        g.last_wait_return = Some(now);
+    }
+    r
+}
+
+/// Marks a graph compute's entry (`POLYCL_PROFILE=span`).
+pub fn compute_entered() {
+    if span() {
+        HOST_GAP
+            .lock()
+            .get_or_insert_with(HostGap::default)
+            .compute_entry = Some(Instant::now());
+    }
+}
+
+/// One compute of `POLYCL_PROFILE=span`, reported at the next.
+pub struct Span {
+    pub first: Event,
+    /// When the first launch was enqueued, on the host's clock.
+    pub first_enqueued: Instant,
+    pub last: Option<Event>,
+    pub launches: u64,
+    pub enqueue_us: f64,
+    /// The host's time since the compute before.
+    pub gap: HostGap,
+}
+
+/// Takes the host gap collected since the last compute.
+pub fn take_host_gap() -> HostGap {
+    HOST_GAP.lock().take().unwrap_or_default()
+}
+
+/// The compute awaiting its line, and the device time its predecessor's last
+/// kernel ended.
+static SPAN: Mutex<(Option<Span>, Option<u64>)> = Mutex::new((None, None));
+
+/// Logs the compute before this one (waiting for its last kernel, which a
+/// host that read its results has seen end), then keeps `this` for the next.
+pub fn span_next(device: &str, this: Option<Span>) {
+    let mut state = SPAN.lock();
+    if let Some(prev) = state.0.take() {
+        let last = prev.last.as_ref().unwrap_or(&prev.first);
+        let times = last.wait().ok().and_then(|_| {
+            Some((
+                prev.first.profiling_command_queued().ok()?,
+                prev.first.profiling_command_start().ok()?,
+                last.profiling_command_end().ok()?,
+            ))
+        });
+        match times {
+            Some((queued, start, end)) => {
+                log::info(&format!(
+                    "{device}: span: {} launches, enqueued in {:.1} us, first kernel started {:.1} us after its enqueue, GPU span {:.1} us{}",
+                    prev.launches,
+                    prev.enqueue_us,
+                    us_between(queued, start),
+                    us_between(start, end),
+                    state.1.map_or(String::new(), |e| gap_text(&prev, queued, start, e)),
+                ));
+                state.1 = Some(end);
+            }
+            None => log::warn(&format!("{device}: span: no profiling times")),
+        }
+    }
+    state.0 = this;
+}
+
+fn us_between(a: u64, b: u64) -> f64 {
+    b.saturating_sub(a) as f64 / 1e3
+}
+
+/// The GPU's idle time before compute `s` (first kernel queued and started
+/// at device times `queued` and `start`; the compute before ended at
+/// `prev_end`) and the host's part of it. The device clock is mapped to the
+/// host's through the first launch: queued there at `s.first_enqueued`.
+fn gap_text(s: &Span, queued: u64, start: u64, prev_end: u64) -> String {
+    let mut t = format!(", GPU idle {:.1} us before it", us_between(prev_end, start));
+    let g = &s.gap;
+    let host_us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+    let signed_us = |a: Instant, b: Instant| host_us(a, b) - host_us(b, a);
+    let before = Duration::from_nanos(queued.saturating_sub(prev_end));
+    if let (Some(prev_end_host), Some(entry)) =
+        (s.first_enqueued.checked_sub(before), g.compute_entry)
+    {
+        if let (Some(first), Some(last)) = (g.first_wait_return, g.last_wait_return) {
+            t += &format!(
+                "; the host's waits returned {:.1} us (first) and {:.1} us (last) after the GPU ended",
+                signed_us(prev_end_host, first),
+                signed_us(prev_end_host, last)
+            );
+            t += &format!(", then {:.1} us to the graph compute", host_us(last, entry));
+        }
+        t += &format!(
+            ", and {:.1} us to its first enqueue",
+            host_us(entry, s.first_enqueued)
+        );
+    }
+    let [set, get, sync] = g.calls;
+    t += &format!(
+        "; set_tensor {} in {:.1} us, get_tensor {} in {:.1} us, synchronize {} in {:.1} us",
+        set.0,
+        set.1.as_secs_f64() * 1e6,
+        get.0,
+        get.1.as_secs_f64() * 1e6,
+        sync.0,
+        sync.1.as_secs_f64() * 1e6
+    );
+    t
+}
+
+/// Keeps a launch's event until the compute's report (`POLYCL_PROFILE=1`).
 pub fn record(kernel: String, ev: Event) {
     PENDING.lock().push((kernel, ev));
 }
