@@ -191,38 +191,50 @@ pub fn record(kernel: String, ev: Event) {
 }
 
 /// Logs the kernels recorded since the last report; the caller has drained
-/// the queue, so every event is complete.
+/// the queue, so every event is complete. Per kernel name: its device time
+/// (end - start, which overstates a short kernel by ~5 us on the H200,
+/// docs/perf.md step 15) and its cost in the chain (the next launch's start
+/// - its start: what it adds to the compute while the GPU never waits for
+/// the host), ordered by the latter.
 pub fn report(device: &str) {
     let pending = std::mem::take(&mut *PENDING.lock());
-    if pending.is_empty() {
+    let times: Vec<(&str, u64, u64)> = pending
+        .iter()
+        .filter_map(|(name, ev)| {
+            let s = ev.profiling_command_start().ok()?;
+            let e = ev.profiling_command_end().ok()?;
+            Some((name.as_str(), s, e.max(s)))
+        })
+        .collect();
+    let (Some(first), Some(last)) = (times.first(), times.last()) else {
         return;
-    }
-    let mut by_name: HashMap<String, (u64, usize)> = HashMap::new();
-    let (mut first, mut last, mut busy) = (u64::MAX, 0u64, 0u64);
-    for (name, ev) in &pending {
-        let (Ok(s), Ok(e)) = (ev.profiling_command_start(), ev.profiling_command_end()) else {
-            continue;
-        };
-        let d = e.saturating_sub(s);
-        first = first.min(s);
-        last = last.max(e);
-        busy += d;
-        let t = by_name.entry(name.clone()).or_default();
-        t.0 += d;
-        t.1 += 1;
+    };
+    // (device time, chain time, launches) by name.
+    let mut by_name: HashMap<&str, (u64, u64, usize)> = HashMap::new();
+    let (mut busy, mut waited) = (0u64, 0u64);
+    for (i, &(name, s, e)) in times.iter().enumerate() {
+        let next = times.get(i + 1).map_or(e, |t| t.1.max(s));
+        busy += e - s;
+        waited += times.get(i + 1).map_or(0, |t| t.1.saturating_sub(e));
+        let t = by_name.entry(name).or_default();
+        t.0 += e - s;
+        t.1 += next - s;
+        t.2 += 1;
     }
     let mut top: Vec<_> = by_name.into_iter().collect();
-    top.sort_by_key(|t| std::cmp::Reverse(t.1 .0));
+    top.sort_by_key(|t| std::cmp::Reverse(t.1 .1));
+    let us = |t: u64| t as f64 / 1e3;
     let kernels: Vec<String> = top
         .iter()
-        .take(10)
-        .map(|(n, (t, c))| format!("{n} {:.1} us ({c})", *t as f64 / 1e3))
+        .take(12)
+        .map(|(n, (t, chain, c))| format!("{n} {:.1} us, chain {:.1} us ({c})", us(*t), us(*chain)))
         .collect();
     log::info(&format!(
-        "{device}: profile: {} kernels, busy {:.1} us, span {:.1} us; {}",
+        "{device}: profile: {} kernels, busy {:.1} us, span {:.1} us, idle between kernels {:.1} us; {}",
         pending.len(),
-        busy as f64 / 1e3,
-        last.saturating_sub(first) as f64 / 1e3,
+        us(busy),
+        us(last.2.saturating_sub(first.1)),
+        us(waited),
         kernels.join(", ")
     ));
 }
