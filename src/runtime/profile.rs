@@ -192,9 +192,9 @@ pub fn record(kernel: String, ev: Event) {
 
 /// Logs the kernels recorded since the last report; the caller has drained
 /// the queue, so every event is complete. Per kernel name: its device time
-/// (end - start, which overstates a short kernel by ~5 us on the H200,
+/// (end minus start, which overstates a short kernel by ~5 us on the H200,
 /// docs/perf.md step 15) and its cost in the chain (the next launch's start
-/// - its start: what it adds to the compute while the GPU never waits for
+/// minus its own: what it adds to the compute while the GPU never waits for
 /// the host), ordered by the latter.
 pub fn report(device: &str) {
     let pending = std::mem::take(&mut *PENDING.lock());

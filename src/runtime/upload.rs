@@ -27,6 +27,17 @@ pub struct Uploads {
     kept: Vec<(Event, Box<[u8]>)>,
 }
 
+impl Drop for Uploads {
+    /// A device's queue may be released before its uploads (field order), and
+    /// releasing a queue does not wait for its commands: each copy is freed
+    /// only after its write has read it.
+    fn drop(&mut self) {
+        for (e, _) in &self.kept {
+            let _ = e.wait();
+        }
+    }
+}
+
 impl Device {
     /// Enqueues a write of `data` at `offset` of `mem` that does not wait,
     /// where `POLYCL_WRITE` allows and the write is small; false: the caller
