@@ -16,6 +16,7 @@
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_WRITE` | `async` or `blocking` | ggml's small tensor writes (up to 256 KiB: a decode step's inputs): `async` (default) enqueues each from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
+//! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
@@ -51,6 +52,8 @@ pub struct Config {
     pub mv_unroll: Option<u32>,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
+    /// Shortest cache of the GQA decode attention kernel (`POLYCL_FA_GQA_MIN_KV`).
+    pub fa_gqa_min_kv: u32,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
     pub mma_tile: MmaTile,
     /// How small tensor writes are enqueued (`POLYCL_WRITE`).
@@ -224,6 +227,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse_skip: Vec::new(),
         flush_every: 16,
         fa_groups: 256,
+        fa_gqa_min_kv: 512,
         step_groups_per_cu: 4,
         step_max_mb: 8,
         ..Default::default()
@@ -368,6 +372,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (1..=65536).contains(&n) => c.fa_groups = n,
             _ => c.problems.push(format!(
                 "POLYCL_FA_GROUPS={v:?}: expected an integer from 1 to 65536; using 256"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FA_GQA_MIN_KV") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= i32::MAX as u32 => c.fa_gqa_min_kv = n,
+            _ => c.problems.push(format!(
+                "POLYCL_FA_GQA_MIN_KV={v:?}: expected an integer from 0 to 2147483647; using 512"
             )),
         }
     }

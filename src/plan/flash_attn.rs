@@ -282,7 +282,10 @@ fn split_kernel(
 /// the mma kernels wanted, 2 to 16 query heads a KV head, head size 64 or
 /// 128 (DK = DV), F32 Q, F16 K and V rows of contiguous halves 4-byte
 /// aligned (a fragment is one 4-byte load) whose row strides fit the 32
-/// bits it steps keys by, and a mask whose element stride does too.
+/// bits it steps keys by, and a mask whose element stride does too; and a
+/// cache of at least `POLYCL_FA_GQA_MIN_KV` positions (at the shortest
+/// caches the vector kernel's 8x more work-groups finished sooner on the
+/// H200, docs/perf.md step 42).
 fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
     let [q, k, v, mask, _] = &fa.ops;
     let rows_ok = |o: &Operand| {
@@ -300,7 +303,8 @@ fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Optio
         && v.ne[0] == q.ne[0]
         && rows_ok(k)
         && rows_ok(v)
-        && (!fa.has_mask || mask.nb[0] <= u32::MAX as u64);
+        && (!fa.has_mask || mask.nb[0] <= u32::MAX as u64)
+        && tk.ne[1] >= config::get().fa_gqa_min_kv as i64;
     ok.then(|| gqa_ratio(tq, tk)).flatten()
 }
 

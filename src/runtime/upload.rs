@@ -7,8 +7,8 @@
 //! bytes are copied to host memory that outlives the transfer, and the write
 //! is enqueued without waiting: the in-order queue still runs it before every
 //! later kernel, copy and read of the device. A copy is let go once its
-//! write has completed or the queue has drained (synchronize, a blocking
-//! read).
+//! write's event says it has completed (checked at each such write and after
+//! each synchronize or blocking read).
 
 use super::device::Device;
 use crate::config::WriteMode;
@@ -25,6 +25,13 @@ const MAX_STAGED: usize = 256 << 10;
 #[derive(Default)]
 pub struct Uploads {
     kept: Vec<(Event, Box<[u8]>)>,
+}
+
+impl Uploads {
+    fn release_done(&mut self) {
+        self.kept
+            .retain(|(e, _)| !matches!(e.command_execution_status(), Ok(s) if s.0 == CL_COMPLETE));
+    }
 }
 
 impl Drop for Uploads {
@@ -50,12 +57,11 @@ impl Device {
             return Ok(false);
         }
         let mut up = self.uploads.lock();
-        up.kept
-            .retain(|(e, _)| !matches!(e.command_execution_status(), Ok(s) if s.0 == CL_COMPLETE));
+        up.release_done();
         // A boxed slice's bytes stay put when the box moves into `kept`.
         let copy: Box<[u8]> = data.into();
         // SAFETY: `copy` holds data.len() bytes and is kept until the write
-        // has completed (or the queue drained); the range lies in `mem`.
+        // has completed (its event says so); the range lies in `mem`.
         let ev = unsafe {
             cq::enqueue_write_buffer(
                 self.queue.get(),
@@ -73,9 +79,12 @@ impl Device {
         Ok(true)
     }
 
-    /// The queue has drained: every write is done, so no copy is needed.
+    /// After the queue drained (synchronize, a blocking read): lets go of
+    /// the copies whose writes are done. By their events, not all of them:
+    /// another thread sharing the queue may have enqueued a write since the
+    /// drain began (tests/reliability_threads.rs found that).
     pub(crate) fn uploads_drained(&self) {
-        self.uploads.lock().kept.clear();
+        self.uploads.lock().release_done();
     }
 
     /// Host copies still held (tests).
