@@ -27,6 +27,9 @@
 #                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
 #   CUDA=OFF stage=depthprof bash scripts/bench-gpu.sh  # polycl alone: a DEPTH-token prompt's time
 #                                            # and a decode step's GPU time per kernel after it
+#   CUDA=OFF stage=span bash scripts/bench-gpu.sh  # polycl alone: a decode token's GPU span, the GPU's
+#                                            # idle time between tokens and the host's part of it
+#                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (with PROBE_ARGS)
@@ -249,6 +252,44 @@ tg_depth() { # model, then VAR=value assignments: tg64 fa1 t/s of polycl after e
 
 abdepth() { ab_run tg_depth; }
 
+span() { # polycl alone: where a decode token goes (POLYCL_PROFILE=span, docs/perf.md step 42),
+  # medians over llama-bench tg128 fa1 -r 2 of each AB_MODELS model ($LIB; VAR=value arguments
+  # passed on)
+  local m
+  for m in $AB_MODELS; do
+    env GGML_BACKEND_PATH=$LIB POLYCL_PROFILE=span "$@" timeout 300 "$BIN/llama-bench" -m "$W/$m.gguf" \
+      -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 128 -r 2 -v > "$W/span-$m.log" 2>&1
+    echo "== $m $* t/s $(grep tg128 "$W/span-$m.log" | awk -F'|' '{print $(NF-1)}' | tr -s ' ')"
+    python3 - "$W/span-$m.log" <<'PY'
+import collections, re, statistics as st, sys
+FIELDS = [
+    ("host enqueue", r"enqueued in ([\d.]+) us"),
+    ("first kernel wait", r"first kernel started ([\d.]+) us"),
+    ("GPU span", r"GPU span ([\d.]+) us"),
+    ("GPU idle before", r"GPU idle ([\d.]+) us"),
+    ("first wait back", r"returned (-?[\d.]+) us \(first\)"),
+    ("last wait back", r"and (-?[\d.]+) us \(last\)"),
+    ("-> graph compute", r"then ([\d.]+) us to the graph"),
+    ("-> first enqueue", r"and ([\d.]+) us to its first"),
+    ("set_tensor us", r"set_tensor \d+ in ([\d.]+) us"),
+    ("get_tensor us", r"get_tensor \d+ in ([\d.]+) us"),
+    ("synchronize us", r"synchronize \d+ in ([\d.]+) us"),
+]
+rows = [(m.group(1), l) for l in open(sys.argv[1], errors="replace")
+        if (m := re.search(r"span: (\d+) launches", l)) and "GPU idle" in l]
+if not rows:
+    sys.exit("no span lines")
+n = collections.Counter(k for k, _ in rows).most_common(1)[0][0]
+d = [l for k, l in rows if k == n]
+for name, rx in FIELDS:
+    v = sorted(float(m.group(1)) for l in d if (m := re.search(rx, l)))
+    if v:
+        print("  %-18s p50 %8.1f   p10 %8.1f   p90 %8.1f" % (name, st.median(v), v[len(v) // 10], v[len(v) * 9 // 10]))
+print("  %d computes of %s launches" % (len(d), n))
+PY
+  done
+}
+
 sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice
   local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} m v round
   for round in 1 2; do
@@ -321,7 +362,7 @@ case ${stage:-bench} in
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
       "$W/$PROBE" ${PROBE_ARGS:-} ;;
-  ab | abdepth | sweep) # the host built where missing, beside the models
+  ab | abdepth | sweep | span) # the host built where missing, beside the models
     [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
