@@ -28,9 +28,12 @@ pub struct Uploads {
 }
 
 impl Uploads {
+    /// Lets go of the copies whose writes are over: complete, or ended with
+    /// an error (a negative status; the queue's next wait reports it).
     fn release_done(&mut self) {
-        self.kept
-            .retain(|(e, _)| !matches!(e.command_execution_status(), Ok(s) if s.0 == CL_COMPLETE));
+        self.kept.retain(
+            |(e, _)| !matches!(e.command_execution_status(), Ok(s) if s.0 == CL_COMPLETE || s.0 < 0),
+        );
     }
 }
 
