@@ -107,15 +107,25 @@ pub fn take_host_gap() -> HostGap {
     HOST_GAP.lock().take().unwrap_or_default()
 }
 
-/// The compute awaiting its line, and the device time its predecessor's last
-/// kernel ended.
-static SPAN: Mutex<(Option<Span>, Option<u64>)> = Mutex::new((None, None));
+/// Per device (its clock is its own): the compute awaiting its line, and the
+/// device time its predecessor's last kernel ended. With several devices the
+/// host's calls (`HostGap`) go to whichever device computes next.
+static SPAN: Mutex<Vec<(String, Option<Span>, Option<u64>)>> = Mutex::new(Vec::new());
 
-/// Logs the compute before this one (waiting for its last kernel, which a
-/// host that read its results has seen end), then keeps `this` for the next.
+/// Logs `device`'s compute before this one (waiting for its last kernel,
+/// which a host that read its results has seen end), then keeps `this` for
+/// the next.
 pub fn span_next(device: &str, this: Option<Span>) {
-    let mut state = SPAN.lock();
-    if let Some(prev) = state.0.take() {
+    let mut all = SPAN.lock();
+    let at = match all.iter().position(|(d, ..)| d == device) {
+        Some(i) => i,
+        None => {
+            all.push((device.to_string(), None, None));
+            all.len() - 1
+        }
+    };
+    let (_, pending, prev_end) = &mut all[at];
+    if let Some(prev) = pending.take() {
         let last = prev.last.as_ref().unwrap_or(&prev.first);
         let times = last.wait().ok().and_then(|_| {
             Some((
@@ -132,14 +142,14 @@ pub fn span_next(device: &str, this: Option<Span>) {
                     prev.enqueue_us,
                     us_between(queued, start),
                     us_between(start, end),
-                    state.1.map_or(String::new(), |e| gap_text(&prev, queued, start, e)),
+                    prev_end.map_or(String::new(), |e| gap_text(&prev, queued, start, e)),
                 ));
-                state.1 = Some(end);
+                *prev_end = Some(end);
             }
             None => log::warn(&format!("{device}: span: no profiling times")),
         }
     }
-    state.0 = this;
+    *pending = this;
 }
 
 fn us_between(a: u64, b: u64) -> f64 {
