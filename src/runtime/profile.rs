@@ -110,7 +110,10 @@ pub fn take_host_gap() -> HostGap {
 /// Per device (its clock is its own): the compute awaiting its line, and the
 /// device time its predecessor's last kernel ended. With several devices the
 /// host's calls (`HostGap`) go to whichever device computes next.
-static SPAN: Mutex<Vec<(String, Option<Span>, Option<u64>)>> = Mutex::new(Vec::new());
+static SPAN: Mutex<Vec<DeviceSpan>> = Mutex::new(Vec::new());
+
+/// A device's name, its compute awaiting a line, and its last kernel's end.
+type DeviceSpan = (String, Option<Span>, Option<u64>);
 
 /// Logs `device`'s compute before this one (waiting for its last kernel,
 /// which a host that read its results has seen end), then keeps `this` for
