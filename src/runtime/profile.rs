@@ -7,18 +7,19 @@
 //! end (span minus busy = the GPU waiting for the host).
 //!
 //! `POLYCL_PROFILE=span`: only each compute's first and last launch get an
-//! event and nothing is drained, so the run keeps its speed. The line for a
-//! compute comes at the start of the next one (a host such as llama has read
-//! its results by then, so its events are complete) and says where a
-//! token's time goes: the GPU's span, and the GPU idle before it since the
+//! event and nothing is drained or waited for, so the run keeps its speed.
+//! The line for a compute comes once its last kernel has ended, at a later
+//! compute (in decode, the next: llama has read its logits by then), and
+//! says where a token's time goes: the GPU's span, and the GPU idle before it since the
 //! compute before ended (the host's time between tokens: its own work, the
 //! read-back, polycl's graph lookup and the first enqueue).
 
 use crate::config::Profile;
 use crate::log;
 use opencl3::event::Event;
+use opencl3::event::CL_COMPLETE;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 static PENDING: Mutex<Vec<(String, Event)>> = Mutex::new(Vec::new());
@@ -107,36 +108,54 @@ pub fn take_host_gap() -> HostGap {
     HOST_GAP.lock().take().unwrap_or_default()
 }
 
-/// Per device (its clock is its own): the compute awaiting its line, and the
-/// device time its predecessor's last kernel ended. With several devices the
-/// host's calls (`HostGap`) go to whichever device computes next.
-static SPAN: Mutex<Vec<DeviceSpan>> = Mutex::new(Vec::new());
+/// Per device (its clock is its own): its computes awaiting their lines, in
+/// order, and the device time the last one logged ended. With several
+/// devices the host's calls (`HostGap`) go to whichever device computes next.
+static SPAN: Mutex<Vec<DeviceSpans>> = Mutex::new(Vec::new());
 
-/// A device's name, its compute awaiting a line, and its last kernel's end.
-type DeviceSpan = (String, Option<Span>, Option<u64>);
+struct DeviceSpans {
+    device: String,
+    pending: VecDeque<Span>,
+    logged_end: Option<u64>,
+}
 
-/// Logs `device`'s compute before this one (waiting for its last kernel,
-/// which a host that read its results has seen end), then keeps `this` for
-/// the next.
+/// Keeps `device`'s compute `this`, then logs its computes whose last kernel
+/// has ended, oldest first. Nothing waits: a host that pipelines computes
+/// (prompt ubatches) gets their lines later. In decode, where llama reads
+/// each step's logits, the line of a step comes at the next.
 pub fn span_next(device: &str, this: Option<Span>) {
     let mut all = SPAN.lock();
-    let at = match all.iter().position(|(d, ..)| d == device) {
+    let at = match all.iter().position(|d| d.device == device) {
         Some(i) => i,
         None => {
-            all.push((device.to_string(), None, None));
+            all.push(DeviceSpans {
+                device: device.to_string(),
+                pending: VecDeque::new(),
+                logged_end: None,
+            });
             all.len() - 1
         }
     };
-    let (_, pending, prev_end) = &mut all[at];
-    if let Some(prev) = pending.take() {
+    let d = &mut all[at];
+    d.pending.extend(this);
+    while let Some(prev) = d.pending.front() {
         let last = prev.last.as_ref().unwrap_or(&prev.first);
-        let times = last.wait().ok().and_then(|_| {
+        match last.command_execution_status() {
+            Ok(s) if s.0 == CL_COMPLETE => {}
+            Ok(s) if s.0 >= 0 => break,
+            _ => {
+                log::warn(&format!("{device}: span: a compute ended with an error"));
+                d.pending.pop_front();
+                continue;
+            }
+        }
+        let times = (|| {
             Some((
                 prev.first.profiling_command_queued().ok()?,
                 prev.first.profiling_command_start().ok()?,
                 last.profiling_command_end().ok()?,
             ))
-        });
+        })();
         match times {
             Some((queued, start, end)) => {
                 log::info(&format!(
@@ -145,14 +164,14 @@ pub fn span_next(device: &str, this: Option<Span>) {
                     prev.enqueue_us,
                     us_between(queued, start),
                     us_between(start, end),
-                    prev_end.map_or(String::new(), |e| gap_text(&prev, queued, start, e)),
+                    d.logged_end.map_or(String::new(), |e| gap_text(prev, queued, start, e)),
                 ));
-                *prev_end = Some(end);
+                d.logged_end = Some(end);
             }
             None => log::warn(&format!("{device}: span: no profiling times")),
         }
+        d.pending.pop_front();
     }
-    *pending = this;
 }
 
 fn us_between(a: u64, b: u64) -> f64 {
