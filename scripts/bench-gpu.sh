@@ -22,6 +22,9 @@
 #                                            # tg64 fa1 -r 1 after each of DEPTHS cached positions
 #   CUDA=OFF stage=sweep SWEEP_VAR=POLYCL_FA_GROUPS SWEEP_VALUES="32 256" bash scripts/bench-gpu.sh
 #                                            # one build, a variable's values, alternating, twice
+#                                            # (SWEEP_MEASURE=tg_depth: at DEPTHS, e.g. the GQA crossover:
+#                                            # SWEEP_VAR=POLYCL_FA_GQA_MIN_KV SWEEP_VALUES="0 100000"
+#                                            # DEPTHS=512,1024,2048 AB_MODELS=m1-q4_0)
 #   stage=depth bash scripts/bench-gpu.sh    # decode at depth: tg128 after 0 / 4096 / 16384 cached
 #                                            # positions (DEPTHS), CUDA and polycl, 1B and 7B Q4_0 (DEPTH_MODELS);
 #                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
@@ -290,12 +293,13 @@ PY
   done
 }
 
-sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice
-  local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} m v round
+sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice, measured by SWEEP_MEASURE
+  # (tg_fa1, default, or tg_depth: tg64 after each of DEPTHS cached positions)
+  local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} measure=${SWEEP_MEASURE:-tg_fa1} m v round
   for round in 1 2; do
     for v in ${SWEEP_VALUES:?stage=sweep needs SWEEP_VALUES}; do
       for m in $AB_MODELS; do
-        echo "== $m $var=$v $(tg_fa1 "$m" "$var=$v")"
+        echo "== $m $var=$v $("$measure" "$m" "$var=$v")"
       done
     done
   done
