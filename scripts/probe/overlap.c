@@ -14,14 +14,20 @@
 //   E  as C, but waiting before any load (a kernel's frame that waits at its
 //      top, before it knows what to load),
 //   F  as C without a clFlush after each enqueue (does the driver submit a
-//      queue's work without one?).
+//      queue's work without one?),
+//   G  one queue, two kernels a launch: each work-group takes a ticket, the
+//      first tickets run the first kernel's stream, the rest load their first
+//      weights of the second, then wait until every first-phase group has
+//      counted itself done (docs/perf.md Next 1: a layer's kernels in fewer
+//      launches without a grid barrier, the successor's ramp over the
+//      predecessor's drain, in one queue).
 // The wait gives up after 65536 polls (a kernel that ran before its
 // predecessor then shows as WRONG data, not as a hang).
 // "layer" cycles through the 7B Q4_0 layer's five launches (Q+K+V, attention's
 // ~0.5 MB, O, gate + up, down) and prints the time of the five.
 // Each kernel reads `in` (the last kernel's `out`) after its wait and writes
 // in + 1, so A, B and C must end with every value equal to N.
-// Usage: overlap [N] [grid work-groups of 256, 0 = 8 a compute unit]
+// Usage: overlap [N (made even)] [grid work-groups of 256, 0 = 8 a compute unit] [weight bytes]
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>
@@ -61,6 +67,41 @@ static const char *src =
     "  if (get_local_id(0) == 0 && g < 64) out[g] = a + 1.0f;\n"
     "  barrier(CLK_GLOBAL_MEM_FENCE);\n"
     "  if (get_local_id(0) == 0) { mem_fence(CLK_GLOBAL_MEM_FENCE); atomic_inc(&cnt[my]); }\n"
+    "}\n"
+    // G: two streams in one launch, phases by ticket. tk[0] hands out tickets,
+    // tk[1] counts the first phase's groups done. The second phase reads
+    // `mid` (the first phase's output) through a volatile pointer after its
+    // wait: L1 is not coherent across SMs on NVIDIA.
+    "kernel void stream2(const global int4 *w, long offA, long nA, long offB, long nB,\n"
+    "                    const global float *in, volatile global float *mid, global float *out,\n"
+    "                    volatile global int *cnt, int at, int each) {\n"
+    "  volatile global int *tk = cnt + at;\n"
+    "  local int ticket;\n"
+    "  if (get_local_id(0) == 0) ticket = atomic_inc(&tk[0]);\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  const int second = ticket >= each;\n"
+    "  const int g = second ? ticket - each : ticket;\n"
+    "  const long gsz = (long)each * get_local_size(0);\n"
+    "  long i = (second ? offB : offA) + (long)g * get_local_size(0) + get_local_id(0);\n"
+    "  const long end = second ? offB + nB : offA + nA;\n"
+    "  int4 s = 0, v[U];\n"
+    "  for (int u = 0; u < U; ++u) { long j = i + u * gsz; v[u] = j < end ? w[j] : (int4)0; }\n"
+    "  if (second) {\n"
+    "    if (get_local_id(0) == 0) {\n"
+    "      for (int t = 0; t < (1 << 20) && atomic_add(&tk[1], 0) < each; ++t) {}\n"
+    "    }\n"
+    "    barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    "  }\n"
+    "  const float a = g < 64 ? (second ? mid[g] : in[g]) : 0.0f;\n"
+    "  for (int u = 0; u < U; ++u) s ^= v[u];\n"
+    "  for (i += U * gsz; i < end; i += U * gsz) {\n"
+    "    for (int u = 0; u < U; ++u) { long j = i + u * gsz; v[u] = j < end ? w[j] : (int4)0; }\n"
+    "    for (int u = 0; u < U; ++u) s ^= v[u];\n"
+    "  }\n"
+    "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345678) out[100] = 1.0f;\n"
+    "  if (get_local_id(0) == 0 && g < 64) { if (second) out[g] = a + 1.0f; else mid[g] = a + 1.0f; }\n"
+    "  barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    "  if (get_local_id(0) == 0 && !second) { mem_fence(CLK_GLOBAL_MEM_FENCE); atomic_inc(&tk[1]); }\n"
     "}\n";
 
 static double now_us(void) {
@@ -70,7 +111,7 @@ static double now_us(void) {
 }
 
 int main(int argc, char **argv) {
-    const int n = argc > 1 ? atoi(argv[1]) : 200;
+    const int n = ((argc > 1 ? atoi(argv[1]) : 200) + 1) & ~1; // even, for G
     int groups_arg = argc > 2 ? atoi(argv[2]) : 0;
     cl_platform_id p;
     cl_device_id d;
@@ -98,7 +139,9 @@ int main(int argc, char **argv) {
     }
     cl_mem buf[2] = {clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &e),
                      clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &e)};
-    cl_mem cnt = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(int) * (n + 1), NULL, &e);
+    // B..F: one counter a kernel; G: two a launch (n / 2 launches).
+    cl_mem cnt = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(int) * (n + 2), NULL, &e);
+    cl_mem mid = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &e);
     // Bytes of one kernel's weights: the 7B Q4_0's gate + up, down, Q + K + V, O.
     const long shapes[] = {50724864, 25362432, 28311552, 9437184, 0};
     const char *names[] = {"gate+up 50.7 MB", "down 25.4 MB", "qkv 28.3 MB", "o 9.4 MB", "layer (5 kernels)"};
@@ -108,13 +151,34 @@ int main(int argc, char **argv) {
         for (int gi = 0; gi < 3; ++gi) {
             const int groups = grids[gi];
             const size_t local = 256, global = (size_t)groups * local;
-            for (int mode = 0; mode < 6; ++mode) {
+            for (int mode = 0; mode < 7; ++mode) {
                 double best = 1e30, host = 1e30;
                 int ok = 1;
                 // Arguments bound before the timed loop, as polycl binds them at
                 // plan time: the loop is enqueues (and flushes) only.
                 cl_kernel *ks = malloc(sizeof(cl_kernel) * n);
-                for (int i = 0; i < n; ++i) {
+                // G: launch k runs kernels 2k and 2k + 1 (n even).
+                const int launches = mode == 6 ? n / 2 : n;
+                for (int i = 0; mode == 6 && i < launches; ++i) {
+                    ks[i] = clCreateKernel(pr, "stream2", &e);
+                    const long bA = si == 4 ? layer[(2 * i) % 5] : shapes[si];
+                    const long bB = si == 4 ? layer[(2 * i + 1) % 5] : shapes[si];
+                    const long offA = ((long)(2 * i) * 50724864 % (big - bA)) / 16, nA = bA / 16;
+                    const long offB = ((long)(2 * i + 1) * 50724864 % (big - bB)) / 16, nB = bB / 16;
+                    const int at = 2 * i;
+                    clSetKernelArg(ks[i], 0, sizeof(cl_mem), &w);
+                    clSetKernelArg(ks[i], 1, sizeof(long), &offA);
+                    clSetKernelArg(ks[i], 2, sizeof(long), &nA);
+                    clSetKernelArg(ks[i], 3, sizeof(long), &offB);
+                    clSetKernelArg(ks[i], 4, sizeof(long), &nB);
+                    clSetKernelArg(ks[i], 5, sizeof(cl_mem), &buf[i % 2]);
+                    clSetKernelArg(ks[i], 6, sizeof(cl_mem), &mid);
+                    clSetKernelArg(ks[i], 7, sizeof(cl_mem), &buf[(i + 1) % 2]);
+                    clSetKernelArg(ks[i], 8, sizeof(cl_mem), &cnt);
+                    clSetKernelArg(ks[i], 9, sizeof(int), &at);
+                    clSetKernelArg(ks[i], 10, sizeof(int), &groups);
+                }
+                for (int i = 0; mode != 6 && i < n; ++i) {
                     ks[i] = clCreateKernel(pr, "stream", &e);
                     const long bytes = si == 4 ? layer[i % 5] : shapes[si];
                     const long off4 = ((long)i * 50724864 % (big - bytes)) / 16;
@@ -134,14 +198,19 @@ int main(int argc, char **argv) {
                 for (int rep = 0; rep < 3; ++rep) {
                     const int zero = 0;
                     float zf[1024] = {0};
-                    clEnqueueFillBuffer(q[0], cnt, &zero, 4, 0, sizeof(int) * (n + 1), 0, NULL, NULL);
+                    clEnqueueFillBuffer(q[0], cnt, &zero, 4, 0, sizeof(int) * (n + 2), 0, NULL, NULL);
+                    // Both, so a grid of fewer than 64 groups fails the check
+                    // instead of reading an earlier mode's values.
                     clEnqueueWriteBuffer(q[0], buf[0], CL_TRUE, 0, 4096, zf, 0, NULL, NULL);
+                    clEnqueueWriteBuffer(q[0], buf[1], CL_TRUE, 0, 4096, zf, 0, NULL, NULL);
                     clFinish(q[0]);
                     const double t0 = now_us();
-                    for (int i = 0; i < n; ++i) {
-                        cl_command_queue qq = mode >= 2 ? q[i % 2] : q[0];
-                        clEnqueueNDRangeKernel(qq, ks[i], 1, NULL, &global, &local, 0, NULL, NULL);
-                        if (mode >= 2 && mode != 5) clFlush(qq);
+                    const size_t global2 = 2 * global;
+                    for (int i = 0; i < launches; ++i) {
+                        cl_command_queue qq = mode >= 2 && mode != 6 ? q[i % 2] : q[0];
+                        clEnqueueNDRangeKernel(qq, ks[i], 1, NULL, mode == 6 ? &global2 : &global, &local, 0, NULL,
+                                               NULL);
+                        if (mode >= 2 && mode != 5 && mode != 6) clFlush(qq);
                     }
                     const double th = (now_us() - t0) / n;
                     if (th < host) host = th;
@@ -152,16 +221,17 @@ int main(int argc, char **argv) {
                     const double t = (now_us() - t0) / n;
                     if (t < best) best = t;
                     float out[64];
-                    clEnqueueReadBuffer(q[0], buf[n % 2], CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
+                    clEnqueueReadBuffer(q[0], buf[launches % 2], CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
                     for (int j = 0; j < 64; ++j) ok &= out[j] == (float)n;
                 }
-                for (int i = 0; i < n; ++i) clReleaseKernel(ks[i]);
+                for (int i = 0; i < launches; ++i) clReleaseKernel(ks[i]);
                 free(ks);
                 if (si == 4) best *= 5;
                 const long total = si == 4 ? 114360320 : shapes[si];
+                // G's host time is a launch's, for two kernels.
                 printf("%-18s groups %4d  %c  %7.2f us %s  %6.0f GB/s  host %5.2f us a launch  data %s\n", names[si],
-                       groups, "ABCDEF"[mode], best, si == 4 ? "a layer " : "a kernel", total / best / 1e3, host,
-                       ok ? "ok" : (mode == 3 ? "(not ordered)" : "WRONG"));
+                       groups, "ABCDEFG"[mode], best, si == 4 ? "a layer " : "a kernel", total / best / 1e3,
+                       mode == 6 ? host * 2 : host, ok ? "ok" : (mode == 3 ? "(not ordered)" : "WRONG"));
                 fflush(stdout);
             }
         }
