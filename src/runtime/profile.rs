@@ -10,14 +10,14 @@
 //! event and nothing is drained or waited for, so the run keeps its speed.
 //! The line for a compute comes once its last kernel has ended, at a later
 //! compute (in decode, the next: llama has read its logits by then), and
-//! says where a token's time goes: the GPU's span, and the GPU idle before it since the
-//! compute before ended (the host's time between tokens: its own work, the
-//! read-back, polycl's graph lookup and the first enqueue).
+//! says where a token's time goes: the GPU's span, and the GPU's idle time
+//! before it since the compute before ended (the host's time between
+//! tokens: its own work, the read-back, the inputs' writes, polycl's graph
+//! lookup and the first enqueue).
 
 use crate::config::Profile;
 use crate::log;
-use opencl3::event::Event;
-use opencl3::event::CL_COMPLETE;
+use opencl3::event::{Event, CL_COMPLETE};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
