@@ -221,15 +221,13 @@ impl Plan {
         // POLYCL_PROFILE=span: the first launch is timed, and each launch is
         // held back one iteration (enqueued at the top of the next, so the
         // order is unchanged) until the loop ends, where the last one is timed.
-        let span = crate::runtime::profile::span();
-        let (t0, n0) = (std::time::Instant::now(), LAUNCHES.load(Ordering::Relaxed));
-        let gap = if span {
-            crate::runtime::profile::take_host_gap()
-        } else {
-            Default::default()
-        };
+        // The enqueues' start, the launch count then and the host's gap since
+        // the compute before: only where span asks, off the per-token path.
+        let span = crate::runtime::profile::span().then(|| {
+            let start = (std::time::Instant::now(), LAUNCHES.load(Ordering::Relaxed));
+            (start, crate::runtime::profile::take_host_gap())
+        });
         let mut first = None;
-        let mut first_enqueued = t0;
         let mut held: Option<&Launch> = None;
         for (i, l) in self.launches.iter().enumerate() {
             if let Some(h) = held.take() {
@@ -245,11 +243,11 @@ impl Plan {
                 continue;
             }
             if run && i >= step_end {
-                if !span {
+                if span.is_none() {
                     l.enqueue(&self.device)?;
                 } else if first.is_none() {
-                    first_enqueued = std::time::Instant::now();
-                    first = l.enqueue_timed(&self.device, true)?;
+                    let at = std::time::Instant::now();
+                    first = l.enqueue_timed(&self.device, true)?.map(|e| (e, at));
                 } else {
                     held = Some(l);
                 }
@@ -270,8 +268,8 @@ impl Plan {
             self.device.synchronize()?;
             crate::runtime::profile::report(&self.device.name);
         }
-        if span {
-            let this = first.map(|first| crate::runtime::profile::Span {
+        if let Some(((t0, n0), gap)) = span {
+            let this = first.map(|(first, first_enqueued)| crate::runtime::profile::Span {
                 first,
                 first_enqueued,
                 last,
