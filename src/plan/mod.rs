@@ -248,7 +248,9 @@ impl Plan {
                 } else if first.is_none() {
                     let at = std::time::Instant::now();
                     first = l.enqueue_timed(&self.device, true)?.map(|e| (e, at));
-                } else {
+                } else if !l.is_empty() {
+                    // An empty launch enqueues nothing, so it has no event
+                    // to time as the last.
                     held = Some(l);
                 }
                 since_flush += 1;

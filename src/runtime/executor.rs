@@ -200,8 +200,13 @@ impl Launch {
         Ok(ev)
     }
 
+    /// A launch of no work-items, which enqueues nothing.
+    pub fn is_empty(&self) -> bool {
+        self.global[..self.dims as usize].contains(&0)
+    }
+
     fn enqueue_once(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
-        if self.global[..self.dims as usize].contains(&0) {
+        if self.is_empty() {
             return Ok(None);
         }
         if crate::fault::queue() {
@@ -252,9 +257,7 @@ impl Launch {
             )
         };
         if every || timed {
-            let e = Event::new(
-                ev.map_err(|s| crate::error::Error::OpenCl("clEnqueueNDRangeKernel", s))?,
-            );
+            let e = Event::new(ev.map_err(|s| Error::OpenCl("clEnqueueNDRangeKernel", s))?);
             if timed {
                 return Ok(Some(e));
             }
