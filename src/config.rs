@@ -14,7 +14,7 @@
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
-//! | `POLYCL_WRITE` | `async` or `blocking` | ggml's small tensor writes (up to 256 KiB: a decode step's inputs): `async` (default) enqueues each from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
+//! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes with their addresses) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
@@ -80,7 +80,10 @@ pub struct Config {
 /// What `POLYCL_WRITE` asks for (runtime/upload.rs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WriteMode {
+    /// Writes small enough for one kernel's arguments wait, unsent, for the
+    /// device's next command and go as one launch; other small ones as `Async`.
     #[default]
+    Batch,
     Async,
     Blocking,
 }
@@ -327,10 +330,11 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     if let Some(v) = get("POLYCL_WRITE") {
         match v.trim() {
+            "batch" => c.write_mode = WriteMode::Batch,
             "async" => c.write_mode = WriteMode::Async,
             "blocking" => c.write_mode = WriteMode::Blocking,
             _ => c.problems.push(format!(
-                "POLYCL_WRITE={v:?}: expected async or blocking; using async"
+                "POLYCL_WRITE={v:?}: expected batch, async or blocking; using batch"
             )),
         }
     }
@@ -493,11 +497,13 @@ mod tests {
 
     #[test]
     fn write_modes() {
-        assert_eq!(with(&[]).write_mode, WriteMode::Async);
+        assert_eq!(with(&[]).write_mode, WriteMode::Batch);
         let c = with(&[("POLYCL_WRITE", "blocking")]);
         assert_eq!(c.write_mode, WriteMode::Blocking);
-        let c = with(&[("POLYCL_WRITE", "pinned")]);
+        let c = with(&[("POLYCL_WRITE", "async")]);
         assert_eq!(c.write_mode, WriteMode::Async);
+        let c = with(&[("POLYCL_WRITE", "pinned")]);
+        assert_eq!(c.write_mode, WriteMode::Batch);
         assert!(c.problems[0].contains("POLYCL_WRITE"));
     }
 

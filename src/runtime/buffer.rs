@@ -61,6 +61,11 @@ pub fn registered() -> usize {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        // Writes held for a batch name this buffer's cl_mem: they go before
+        // it is released (an enqueued command keeps its buffer alive).
+        if self.device.send_batch_for(self.mem.get()).is_err() {
+            self.device.mark_failed();
+        }
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
         LIVE_BYTES.fetch_sub(self.size, Ordering::Relaxed);
     }
@@ -217,7 +222,7 @@ impl DeviceBuffer {
         // range was checked against the buffer size.
         let ev = unsafe {
             cq::enqueue_write_buffer(
-                self.device.queue.get(),
+                self.device.queue()?,
                 self.mem.get(),
                 CL_BLOCKING,
                 offset,
@@ -238,7 +243,7 @@ impl DeviceBuffer {
         // SAFETY: blocking read into a live slice, range checked.
         let ev = unsafe {
             cq::enqueue_read_buffer(
-                self.device.queue.get(),
+                self.device.queue()?,
                 self.mem.get(),
                 CL_BLOCKING,
                 offset,
@@ -280,7 +285,7 @@ impl DeviceBuffer {
             // and `at` and `n` are multiples of the pattern's size.
             let ev = unsafe {
                 cq::enqueue_fill_buffer(
-                    self.device.queue.get(),
+                    self.device.queue()?,
                     self.mem.get(),
                     pattern.as_ptr() as *const c_void,
                     FILL_PATTERN,
@@ -312,7 +317,7 @@ impl DeviceBuffer {
         // SAFETY: both ranges checked; both buffers live in the same context.
         let ev = unsafe {
             cq::enqueue_copy_buffer(
-                self.device.queue.get(),
+                self.device.queue()?,
                 self.mem.get(),
                 dst.mem.get(),
                 src_off,
@@ -331,13 +336,17 @@ impl DeviceBuffer {
 }
 
 impl Device {
+    /// Waits for the commands enqueued. Writes held for a batch stay held:
+    /// their bytes are copied already, and every later command sends them
+    /// first. (ggml synchronizes before each input it copies: sending the
+    /// batch there made each input a launch and a wait, docs/perf.md step 43.)
     pub fn synchronize(&self) -> Result<()> {
-        self.queue.finish().cl("clFinish")?;
+        self.in_order.finish().cl("clFinish")?;
         self.uploads_drained();
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {
-        self.queue.flush().cl("clFlush")
+        cq::flush(self.queue()?).map_err(|s| Error::OpenCl("clFlush", s))
     }
 }
 

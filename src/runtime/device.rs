@@ -11,7 +11,7 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub struct Device {
@@ -34,8 +34,11 @@ pub struct Device {
     pub context: Arc<Context>,
     pub platform: usize,
     /// One in-order queue per device: transfers and kernels are ordered by it,
-    /// so a set_tensor after a graph compute sees its results.
-    pub queue: CommandQueue,
+    /// so a set_tensor after a graph compute sees its results. Commands go
+    /// through `queue()` (upload.rs), which sends the writes held first.
+    pub(crate) in_order: CommandQueue,
+    /// Whether `uploads` holds writes for a batch (read without its lock).
+    pub(crate) batch_held: AtomicBool,
     pub allocated: AtomicUsize,
     /// Failures of void entries (set_tensor, synchronize, ...) that could not
     /// return a status; each backend on the device reports new ones from its
@@ -218,7 +221,8 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             cl: d,
             context,
             platform: pi,
-            queue,
+            in_order: queue,
+            batch_held: AtomicBool::new(false),
             allocated: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),

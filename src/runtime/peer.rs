@@ -324,7 +324,7 @@ fn ptr_or_null(v: &[cl_event]) -> *const cl_event {
 pub fn marker(dev: &Device) -> Result<Event> {
     fault_check(dev)?;
     // SAFETY: a valid queue and an empty wait list.
-    let e = unsafe { cq::enqueue_marker_with_wait_list(dev.queue.get(), 0, std::ptr::null()) }
+    let e = unsafe { cq::enqueue_marker_with_wait_list(dev.queue()?, 0, std::ptr::null()) }
         .map_err(|c| Error::OpenCl("clEnqueueMarkerWithWaitList", c))?;
     Ok(Event::new(e))
 }
@@ -337,9 +337,8 @@ pub fn barrier(dev: &Device, wait: &[&Event]) -> Result<()> {
     fault_check(dev)?;
     let w = wait_list(wait);
     // SAFETY: the wait list holds live events of this context.
-    let e =
-        unsafe { cq::enqueue_barrier_with_wait_list(dev.queue.get(), w.len() as u32, w.as_ptr()) }
-            .map_err(|c| Error::OpenCl("clEnqueueBarrierWithWaitList", c))?;
+    let e = unsafe { cq::enqueue_barrier_with_wait_list(dev.queue()?, w.len() as u32, w.as_ptr()) }
+        .map_err(|c| Error::OpenCl("clEnqueueBarrierWithWaitList", c))?;
     drop(Event::new(e));
     Ok(())
 }
@@ -379,7 +378,7 @@ pub fn copy(
     // wait list holds live events.
     let e = unsafe {
         cq::enqueue_copy_buffer(
-            on.queue.get(),
+            on.queue()?,
             src.mem,
             dst.mem,
             src.offset as usize,
@@ -426,7 +425,7 @@ pub fn copy_rows(
     // the shared context (checked by the plan against the tensors' spans).
     let e = unsafe {
         cq::enqueue_copy_buffer_rect(
-            on.queue.get(),
+            on.queue()?,
             src.mem,
             dst.mem,
             src_origin.as_ptr(),
@@ -460,7 +459,7 @@ fn staged(
         // SAFETY: blocking read into a live vector of `len` bytes.
         let ev = unsafe {
             cq::enqueue_read_buffer(
-                src_dev.queue.get(),
+                src_dev.queue()?,
                 src.mem,
                 CL_BLOCKING,
                 (src.offset + so) as usize,
@@ -474,7 +473,7 @@ fn staged(
         // SAFETY: blocking write from a live vector.
         let ev = unsafe {
             cq::enqueue_write_buffer(
-                dst_dev.queue.get(),
+                dst_dev.queue()?,
                 dst.mem,
                 CL_BLOCKING,
                 (dst.offset + dof) as usize,

@@ -37,6 +37,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
     ("state", &[COMMON, include_str!("kernels/state.cl")]),
     ("peer", &[COMMON, include_str!("kernels/peer.cl")]),
+    ("upload", &[include_str!("kernels/upload.cl")]),
     (
         "mul_mv",
         &[
