@@ -114,4 +114,20 @@ fn batch_order(d: &std::sync::Arc<ggml_polycl::runtime::Device>) {
         assert_eq!(&got, w, "{}: buffer {i} after batched writes", d.name);
     }
     assert_eq!(d.writes_held(), 0, "{}: reads send the batch", d.name);
+
+    // synchronize skips a queue known drained: a blocking read drains it, a
+    // write held enqueues nothing, a copy does, and a synchronize drains it.
+    assert!(d.idle(), "{}: idle after a blocking read", d.name);
+    bufs[4].write(0, &[6u8; 8]).unwrap();
+    if ggml_polycl::config::get().write_mode == ggml_polycl::config::WriteMode::Batch {
+        assert!(d.idle(), "{}: a held write enqueues nothing", d.name);
+    }
+    bufs[4].copy_to(0, &bufs[5], 0, 8).unwrap();
+    assert!(!d.idle(), "{}: a copy is not known complete", d.name);
+    d.synchronize().unwrap();
+    assert!(d.idle(), "{}: idle after synchronize", d.name);
+    d.synchronize().unwrap();
+    let mut got = [0u8; 8];
+    bufs[5].read(0, &mut got).unwrap();
+    assert_eq!(got, [6u8; 8], "{}: a held write, copied, then read", d.name);
 }

@@ -412,7 +412,7 @@ fn zero_counters(b: &Binder, scratch: cl_mem, offset: u64, len: u64) -> Result<(
     // plan runs on this same in-order queue.
     let ev = unsafe {
         cq::enqueue_fill_buffer(
-            b.device.queue()?,
+            b.device.queue()?.get(),
             scratch,
             pattern.as_ptr() as *const c_void,
             pattern.len(),

@@ -222,7 +222,7 @@ impl DeviceBuffer {
         // range was checked against the buffer size.
         let ev = unsafe {
             cq::enqueue_write_buffer(
-                self.device.queue()?,
+                self.device.queue()?.get(),
                 self.mem.get(),
                 CL_BLOCKING,
                 offset,
@@ -240,10 +240,13 @@ impl DeviceBuffer {
         if out.is_empty() {
             return Ok(());
         }
+        let queue = self.device.queue()?;
+        // Counted after any batch the queue sent, before the read itself.
+        let seen = self.device.enqueued_now();
         // SAFETY: blocking read into a live slice, range checked.
         let ev = unsafe {
             cq::enqueue_read_buffer(
-                self.device.queue()?,
+                queue.get(),
                 self.mem.get(),
                 CL_BLOCKING,
                 offset,
@@ -253,8 +256,10 @@ impl DeviceBuffer {
                 std::ptr::null(),
             )
         };
+        drop(queue);
         finish_event(ev, "clEnqueueReadBuffer")?;
-        // A blocking read returns after every command before it.
+        // The read returned after every command before it, and is counted.
+        self.device.drained_to(seen + 1);
         self.device.uploads_drained();
         Ok(())
     }
@@ -285,7 +290,7 @@ impl DeviceBuffer {
             // and `at` and `n` are multiples of the pattern's size.
             let ev = unsafe {
                 cq::enqueue_fill_buffer(
-                    self.device.queue()?,
+                    self.device.queue()?.get(),
                     self.mem.get(),
                     pattern.as_ptr() as *const c_void,
                     FILL_PATTERN,
@@ -317,7 +322,7 @@ impl DeviceBuffer {
         // SAFETY: both ranges checked; both buffers live in the same context.
         let ev = unsafe {
             cq::enqueue_copy_buffer(
-                self.device.queue()?,
+                self.device.queue()?.get(),
                 self.mem.get(),
                 dst.mem.get(),
                 src_off,
@@ -336,17 +341,25 @@ impl DeviceBuffer {
 }
 
 impl Device {
-    /// Waits for the commands enqueued. Writes held for a batch stay held:
-    /// their bytes are copied already, and every later command sends them
-    /// first. (ggml synchronizes before each input it copies: sending the
-    /// batch there made each input a launch and a wait, docs/perf.md step 43.)
+    /// Waits for the commands enqueued. ggml synchronizes before each input
+    /// it copies, six times a decode step, so:
+    /// - writes held for a batch stay held: their bytes are copied already,
+    ///   and every later command sends them first (sending them here made
+    ///   each input a launch and a wait, docs/perf.md step 43);
+    /// - a queue with nothing enqueued since it last drained (by the logits'
+    ///   read, in decode) is not waited for.
     pub fn synchronize(&self) -> Result<()> {
+        if self.idle() {
+            return Ok(());
+        }
+        let seen = self.enqueued_now();
         self.in_order.finish().cl("clFinish")?;
+        self.drained_to(seen);
         self.uploads_drained();
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {
-        cq::flush(self.queue()?).map_err(|s| Error::OpenCl("clFlush", s))
+        cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))
     }
 }
 

@@ -9,6 +9,7 @@ use opencl3::context::Context;
 use opencl3::device::{Device as ClDevice, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_GPU};
 use opencl3::platform::get_platforms;
 use opencl3::program::Program;
+use opencl3::types::cl_command_queue;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,6 +40,11 @@ pub struct Device {
     pub(crate) in_order: CommandQueue,
     /// Whether `uploads` holds writes for a batch (read without its lock).
     pub(crate) batch_held: AtomicBool,
+    /// Commands enqueued, counted once each enqueue call has returned.
+    enqueued: AtomicU64,
+    /// The count of commands known complete: `enqueued` as it was before a
+    /// wait that drained the queue began (`synchronize`, a blocking read).
+    drained: AtomicU64,
     pub allocated: AtomicUsize,
     /// Failures of void entries (set_tensor, synchronize, ...) that could not
     /// return a status; each backend on the device reports new ones from its
@@ -51,7 +57,56 @@ pub struct Device {
     pub(crate) uploads: Mutex<super::upload::Uploads>,
 }
 
+/// A device's queue lent for one enqueue (`Device::queue`); the command is
+/// counted when this is dropped, after the enqueue call has returned.
+pub(crate) struct Enqueue<'d> {
+    device: &'d Device,
+}
+
+impl Enqueue<'_> {
+    pub(crate) fn get(&self) -> cl_command_queue {
+        self.device.in_order.get()
+    }
+}
+
+impl Drop for Enqueue<'_> {
+    fn drop(&mut self) {
+        self.device.count_enqueued();
+    }
+}
+
 impl Device {
+    /// The device's in-order queue, for a command about to be enqueued: the
+    /// writes held for a batch go first (upload.rs), so the command sees
+    /// them. Use it within the enqueue's statement:
+    /// `cq::enqueue_...(device.queue()?.get(), ...)`.
+    pub(crate) fn queue(&self) -> Result<Enqueue<'_>> {
+        self.send_held()?;
+        Ok(Enqueue { device: self })
+    }
+
+    pub(crate) fn count_enqueued(&self) {
+        self.enqueued.fetch_add(1, Ordering::Release);
+    }
+
+    /// The count to pass to `drained_to` once a wait that begins now has
+    /// returned.
+    pub(crate) fn enqueued_now(&self) -> u64 {
+        self.enqueued.load(Ordering::Acquire)
+    }
+
+    /// Every command counted by `seen` (from `enqueued_now`) is complete.
+    pub(crate) fn drained_to(&self, seen: u64) {
+        self.drained.fetch_max(seen, Ordering::AcqRel);
+    }
+
+    /// Whether every command enqueued so far is known complete. A command
+    /// whose enqueue call has not returned yet is not counted; it is ordered
+    /// by nothing against a wait that runs meanwhile on another thread.
+    pub fn idle(&self) -> bool {
+        self.drained.load(Ordering::Acquire) == self.enqueued.load(Ordering::Acquire)
+    }
+
     pub fn free_memory(&self) -> usize {
         self.global_mem
             .saturating_sub(self.allocated.load(Ordering::Relaxed))
@@ -223,6 +278,8 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             platform: pi,
             in_order: queue,
             batch_held: AtomicBool::new(false),
+            enqueued: AtomicU64::new(0),
+            drained: AtomicU64::new(0),
             allocated: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),

@@ -222,7 +222,7 @@ impl Launch {
             // event object, which saves its creation and release per launch.
             let status = unsafe {
                 f(
-                    device.queue()?,
+                    device.queue()?.get(),
                     self.kernel.get(),
                     self.dims,
                     std::ptr::null(),
@@ -246,7 +246,7 @@ impl Launch {
         // are kept alive by the plan that owns this launch.
         let ev = unsafe {
             cq::enqueue_nd_range_kernel(
-                device.queue()?,
+                device.queue()?.get(),
                 self.kernel.get(),
                 self.dims,
                 std::ptr::null(),

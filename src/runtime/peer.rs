@@ -324,7 +324,7 @@ fn ptr_or_null(v: &[cl_event]) -> *const cl_event {
 pub fn marker(dev: &Device) -> Result<Event> {
     fault_check(dev)?;
     // SAFETY: a valid queue and an empty wait list.
-    let e = unsafe { cq::enqueue_marker_with_wait_list(dev.queue()?, 0, std::ptr::null()) }
+    let e = unsafe { cq::enqueue_marker_with_wait_list(dev.queue()?.get(), 0, std::ptr::null()) }
         .map_err(|c| Error::OpenCl("clEnqueueMarkerWithWaitList", c))?;
     Ok(Event::new(e))
 }
@@ -337,8 +337,10 @@ pub fn barrier(dev: &Device, wait: &[&Event]) -> Result<()> {
     fault_check(dev)?;
     let w = wait_list(wait);
     // SAFETY: the wait list holds live events of this context.
-    let e = unsafe { cq::enqueue_barrier_with_wait_list(dev.queue()?, w.len() as u32, w.as_ptr()) }
-        .map_err(|c| Error::OpenCl("clEnqueueBarrierWithWaitList", c))?;
+    let e = unsafe {
+        cq::enqueue_barrier_with_wait_list(dev.queue()?.get(), w.len() as u32, w.as_ptr())
+    }
+    .map_err(|c| Error::OpenCl("clEnqueueBarrierWithWaitList", c))?;
     drop(Event::new(e));
     Ok(())
 }
@@ -378,7 +380,7 @@ pub fn copy(
     // wait list holds live events.
     let e = unsafe {
         cq::enqueue_copy_buffer(
-            on.queue()?,
+            on.queue()?.get(),
             src.mem,
             dst.mem,
             src.offset as usize,
@@ -425,7 +427,7 @@ pub fn copy_rows(
     // the shared context (checked by the plan against the tensors' spans).
     let e = unsafe {
         cq::enqueue_copy_buffer_rect(
-            on.queue()?,
+            on.queue()?.get(),
             src.mem,
             dst.mem,
             src_origin.as_ptr(),
@@ -459,7 +461,7 @@ fn staged(
         // SAFETY: blocking read into a live vector of `len` bytes.
         let ev = unsafe {
             cq::enqueue_read_buffer(
-                src_dev.queue()?,
+                src_dev.queue()?.get(),
                 src.mem,
                 CL_BLOCKING,
                 (src.offset + so) as usize,
@@ -473,7 +475,7 @@ fn staged(
         // SAFETY: blocking write from a live vector.
         let ev = unsafe {
             cq::enqueue_write_buffer(
-                dst_dev.queue()?,
+                dst_dev.queue()?.get(),
                 dst.mem,
                 CL_BLOCKING,
                 (dst.offset + dof) as usize,

@@ -207,7 +207,7 @@ fn find_groups(device: &Device) -> Result<usize> {
         // blocking, so OpenCL is done with it when this returns.
         let ev = unsafe {
             cq::enqueue_read_buffer(
-                device.queue()?,
+                device.queue()?.get(),
                 launch.bar.get(),
                 opencl3::types::CL_BLOCKING,
                 0,

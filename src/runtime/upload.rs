@@ -26,7 +26,7 @@ use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
 use opencl3::event::{Event, CL_COMPLETE};
 use opencl3::kernel::Kernel;
-use opencl3::types::{cl_command_queue, cl_mem, CL_NON_BLOCKING};
+use opencl3::types::{cl_mem, CL_NON_BLOCKING};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -137,13 +137,12 @@ impl Drop for Uploads {
 }
 
 impl Device {
-    /// The device's in-order queue, for a command about to be enqueued: the
-    /// writes held for a batch go first, so the command sees them.
-    pub(crate) fn queue(&self) -> Result<cl_command_queue> {
+    /// Sends the writes held for a batch, if any (`Device::queue`).
+    pub(crate) fn send_held(&self) -> Result<()> {
         if self.batch_held.load(Ordering::Acquire) {
             self.send_batch(&mut self.uploads.lock())?;
         }
-        Ok(self.in_order.get())
+        Ok(())
     }
 
     /// Holds or enqueues a write of `data` at `offset` of `mem` that does not
@@ -201,6 +200,7 @@ impl Device {
             )
         }
         .map_err(|s| Error::OpenCl("clEnqueueWriteBuffer", s))?;
+        self.count_enqueued();
         up.kept.push((Event::new(ev), copy));
         Ok(())
     }
@@ -260,7 +260,9 @@ impl Device {
                 std::ptr::null(),
             )
         };
-        finish_event(ev, "clEnqueueNDRangeKernel")
+        finish_event(ev, "clEnqueueNDRangeKernel")?;
+        self.count_enqueued();
+        Ok(())
     }
 
     /// Sends the writes held, if any target `mem` (its buffer is about to be
