@@ -8,6 +8,11 @@
 // per launch from profiling events and from a chain of launches without
 // events (what a launch costs back to back), cycling through enough weight
 // copies that L2 holds none. docs/perf.md step 25 has the H200's figures.
+// Packed slots are cold in polycl's decode (each launch has its own slots,
+// read once a token with gigabytes of weights streamed in between): `cold`
+// gives each weight copy its own slot buffer, `hint` (NVIDIA) loads the slots
+// with an L2 evict_last policy, which may keep them in L2 from token to token.
+// PK_ONLY=1 runs only the first shape's packed-slot variants.
 // Build: cc -O2 matvec-act.c -lOpenCL -lm
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -60,9 +65,14 @@ static const char *SRC =
     // PK=n: the shape and n - 2 more 8-byte scalars (zeros, added into the
     // row addresses so none is dead) come from a constant buffer, the way
     // polycl's packed decode kernels take theirs, instead of kernel arguments.
-    "kernel void glu(const global char *wg0, const global char *wu0, const global char *act, global float *dst, int ncols_a, int nrows_a, constant ulong *pk) {\n"
+    "#if defined(PK_HINT) && defined(NV)\n"
+    "inline ulong pkld(const global ulong *p, int i) { ulong v; asm volatile(\"{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; ld.global.L2::cache_hint.u64 %0, [%1], pol; }\" : \"=l\"(v) : \"l\"(p + i)); return v; }\n"
+    "#else\n"
+    "inline ulong pkld(const global ulong *p, int i) { return p[i]; }\n"
+    "#endif\n"
+    "kernel void glu(const global char *wg0, const global char *wu0, const global char *act, global float *dst, int ncols_a, int nrows_a, const global ulong *restrict pk) {\n"
     "#if PK > 0\n"
-    "  const int ncols = (int)pk[0], nrows = (int)pk[1]; long z = 0; for (int i = 2; i < PK; ++i) z += (long)pk[i];\n"
+    "  const int ncols = (int)pkld(pk, 0), nrows = (int)pkld(pk, 1); long z = 0; for (int i = 2; i < PK; ++i) z += (long)pkld(pk, i);\n"
     "#else\n"
     "  const int ncols = ncols_a, nrows = nrows_a; const long z = 0;\n"
     "#endif\n"
@@ -114,30 +124,44 @@ int main(int argc, char **argv) {
         for (int c = 0; c < ncopies; ++c) clEnqueueWriteBuffer(q, wa, CL_TRUE, mat * c, mat, aos, 0, NULL, NULL);
         cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, act, &e);
         cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
-        struct { int seq, warps, unroll, act_local, w32, pk; } vs[] = {
+        struct { int seq, warps, unroll, act_local, w32, pk, cold, hint; } vs[] = {
             {4, 8, 4, 0, 0, 0}, {4, 8, 4, 1, 0, 0}, {4, 8, 4, 0, 1, 0}, {4, 8, 4, 1, 1, 0},
             {1, 8, 4, 0, 0, 0}, {1, 8, 4, 1, 0, 0}, {1, 8, 4, 1, 1, 0}, {2, 8, 4, 1, 1, 0},
             {4, 8, 2, 1, 1, 0}, {4, 4, 4, 1, 1, 0}, {1, 4, 4, 1, 1, 0}, {8, 4, 4, 1, 1, 0},
             // The GLU kernel's and the group kernels' frames with scalars from a
             // constant buffer: 2, and 64 (the GLU kernel reads ~60).
             {4, 8, 4, 0, 1, 2}, {4, 8, 4, 0, 1, 64}, {1, 4, 4, 0, 1, 0}, {1, 4, 4, 0, 1, 64},
+            // The GLU kernel as polycl builds it (unroll 2), ~20 slots before its
+            // weights' addresses are known: none, shared (warm), its own (cold),
+            // its own loaded with evict_last.
+            {4, 8, 2, 0, 1, 0}, {4, 8, 2, 0, 1, 20, 0}, {4, 8, 2, 0, 1, 20, 1}, {4, 8, 2, 0, 1, 20, 1, 1},
+            {1, 4, 4, 0, 1, 20, 1}, {1, 4, 4, 0, 1, 20, 1, 1},
         };
+        const int pk_only = getenv("PK_ONLY") && atoi(getenv("PK_ONLY"));
+        if (pk_only && si > 0) break;
         cl_ulong pk_host[64] = {(cl_ulong)ncols, (cl_ulong)(nrows / 2)};
         cl_mem bpk = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pk_host, pk_host, &e);
+        // One slot buffer a weight copy, for the cold variants.
+        cl_mem cpk[64];
+        for (int c = 0; c < 64; ++c)
+            cpk[c] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pk_host, pk_host, &e);
         const int half_rows = nrows / 2;
         printf("== %d x %d Q4_0 as gate + up of %d rows (%.1f MB, %d copies)\n", ncols, nrows, half_rows, mat / 1e6, ncopies);
         for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; ++vi) {
+            if (pk_only && vi < 16) continue;
+            if (vs[vi].hint && !nv) continue;
             char opts[256];
-            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d -DPK=%d %s %s %s", vs[vi].seq, vs[vi].warps,
+            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d -DPK=%d %s %s %s %s", vs[vi].seq, vs[vi].warps,
                      vs[vi].unroll, vs[vi].pk, vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "",
-                     nv ? "-DNV" : "");
+                     nv ? "-DNV" : "", vs[vi].hint ? "-DPK_HINT" : "");
             if (vs[vi].act_local && nb * 36 > 16384) continue;
             cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
             if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
                 char log[8192];
                 clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-                printf("build failed: %s\n", log);
-                return 1;
+                printf("build failed (%s): %.300s\n", opts, log);
+                clReleaseProgram(pr);
+                continue;
             }
             cl_kernel k = clCreateKernel(pr, "glu", &e);
             clSetKernelArg(k, 2, sizeof(cl_mem), &ba);
@@ -160,6 +184,7 @@ int main(int argc, char **argv) {
             for (int it = 0; it < iters; ++it) {
                 clSetKernelArg(k, 0, sizeof(cl_mem), &subs[0][it % ncopies]);
                 clSetKernelArg(k, 1, sizeof(cl_mem), &subs[1][it % ncopies]);
+                if (vs[vi].cold) clSetKernelArg(k, 6, sizeof(cl_mem), &cpk[it % ncopies % 64]);
                 clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
             }
             clFinish(q);
@@ -177,6 +202,7 @@ int main(int argc, char **argv) {
             for (int it = 0; it < iters; ++it) {
                 clSetKernelArg(k, 0, sizeof(cl_mem), &subs[0][it % ncopies]);
                 clSetKernelArg(k, 1, sizeof(cl_mem), &subs[1][it % ncopies]);
+                if (vs[vi].cold) clSetKernelArg(k, 6, sizeof(cl_mem), &cpk[it % ncopies % 64]);
                 clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
             }
             clFinish(q);
@@ -190,8 +216,9 @@ int main(int argc, char **argv) {
                 err = fmax(err, fabs(out[r] - y));
                 mag = fmax(mag, fabs(y));
             }
-            printf("seq %d warps %d unroll %d act %-6s w %-3s pk %2d  event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
+            printf("seq %d warps %d unroll %d act %-6s w %-3s pk %2d %-9s event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
                    vs[vi].seq, vs[vi].warps, vs[vi].unroll, vs[vi].act_local ? "local" : "global", vs[vi].w32 ? "u32" : "u16", vs[vi].pk,
+                   !vs[vi].pk ? "" : vs[vi].hint ? "cold+hint" : vs[vi].cold ? "cold" : "warm",
                    gpu, mat / gpu / 1e3, chain, mat / chain / 1e3, err / mag, err / mag > 1e-3 ? "  WRONG" : "");
             clReleaseKernel(k);
             clReleaseProgram(pr);
@@ -201,6 +228,7 @@ int main(int argc, char **argv) {
         clReleaseMemObject(ba);
         clReleaseMemObject(bd);
         clReleaseMemObject(bpk);
+        for (int c = 0; c < 64; ++c) clReleaseMemObject(cpk[c]);
         free(aos); free(act); free(ref); free(out);
     }
     return 0;
