@@ -214,7 +214,17 @@ impl Device {
             return Ok(());
         }
         if up.scatter.is_none() && !up.no_batch {
-            match super::program::kernel(self, "upload", "kernel_upload_scatter") {
+            // The argument's words are the host's bytes: a device of the
+            // other byte order would read them swapped.
+            let made = if self.cl.endian_little().unwrap_or(false) == cfg!(target_endian = "little")
+            {
+                super::program::kernel(self, "upload", "kernel_upload_scatter")
+            } else {
+                Err(Error::Unsupported(
+                    "a device of the other byte order".into(),
+                ))
+            };
+            match made {
                 Ok(k) => up.scatter = Some(k),
                 Err(e) => {
                     crate::log::warn(&format!(
