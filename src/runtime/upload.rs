@@ -207,9 +207,18 @@ impl Device {
 
     /// Enqueues the writes held, as one scatter launch (or, where its kernel
     /// cannot be made, one write each). Called with the uploads locked.
+    /// `batch_held` turns false only once they are enqueued: a thread whose
+    /// `queue` read it false while they were still being sent would enqueue
+    /// its command before them (ctest's reliability_threads saw a compute
+    /// read its inputs before their writes).
     fn send_batch(&self, up: &mut Uploads) -> Result<()> {
         let batch = std::mem::take(&mut up.batch);
+        let sent = self.enqueue_batch(up, batch);
         self.batch_held.store(false, Ordering::Release);
+        sent
+    }
+
+    fn enqueue_batch(&self, up: &mut Uploads, batch: Batch) -> Result<()> {
         if batch.writes.is_empty() {
             return Ok(());
         }
