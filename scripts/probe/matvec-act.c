@@ -13,6 +13,12 @@
 // gives each weight copy its own slot buffer, `hint` (NVIDIA) loads the slots
 // with an L2 evict_last policy, which may keep them in L2 from token to token.
 // PK_ONLY=1 runs only the first shape's packed-slot variants.
+// `q8` makes the Q8_1 blocks of the result that the down projection reads,
+// as polycl's GLU kernel does: `own` where a group's rows are whole 32-row
+// blocks (one work-item quantizes each after a barrier), `last` where they
+// are not (the last group of a block to count itself done quantizes it, the
+// fa_split pattern), to weigh one row pair a warp against that cost.
+// Q8_ONLY=1 runs only the first shape's q8 variants.
 // Build: cc -O2 matvec-act.c -lOpenCL -lm
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -70,7 +76,18 @@ static const char *SRC =
     "#else\n"
     "inline ulong pkld(const global ulong *p, int i) { return p[i]; }\n"
     "#endif\n"
-    "kernel void glu(const global char *wg0, const global char *wu0, const global char *act, global float *dst, int ncols_a, int nrows_a, const global ulong *restrict pk) {\n"
+    "inline void dev_fence(void) { mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
+    "#ifdef NV\n"
+    "  asm volatile(\"membar.gl;\" ::: \"memory\");\n"
+    "#endif\n"
+    "}\n"
+    // One Q8_1 block (half d, half d * sum, 32 codes) of rows r0..r0 + 31.
+    "inline void q8blk(const volatile global float *y, int r0, global char *q8) {\n"
+    "  float v[32], amax = 0.0f; for (int i = 0; i < 32; ++i) { v[i] = y[r0 + i]; amax = fmax(amax, fabs(v[i])); }\n"
+    "  const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; global char *o = q8 + (r0 / 32) * 36; int sum = 0;\n"
+    "  for (int i = 0; i < 32; ++i) { const int q = (int)rint(v[i] * id); o[4 + i] = (char)q; sum += q; }\n"
+    "  vstore_half(d, 0, (global half *)o); vstore_half(d * (float)sum, 1, (global half *)o); }\n"
+    "kernel void glu(const global char *wg0, const global char *wu0, const global char *act, global float *dst, int ncols_a, int nrows_a, const global ulong *restrict pk, global char *q8, volatile global uint *cnt) {\n"
     "#if PK > 0\n"
     "  const int ncols = (int)pkld(pk, 0), nrows = (int)pkld(pk, 1); long z = 0; for (int i = 2; i < PK; ++i) z += (long)pkld(pk, i);\n"
     "#else\n"
@@ -97,7 +114,19 @@ static const char *SRC =
     "      const int8 a = vload8(0, (const ASP int *)(ab + 4));\n"
     "      sg += wblk(g, ib, a, da, sa); su += wblk(u, ib, a, da, sa); }\n"
     "    const float tg = wsum(sg, scr + warp * 32), tu = wsum(su, scr + warp * 32);\n"
-    "    if (lane == 0 && r < nrows) dst[r] = tg / (1.0f + exp(-tg)) * tu; } }\n";
+    "    if (lane == 0 && r < nrows) dst[r] = tg / (1.0f + exp(-tg)) * tu; }\n"
+    "#if Q8 == 1\n"
+    "  barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    "  const int r0 = get_group_id(0) * WARPS * SEQ;\n"
+    "  if (get_local_id(0) < WARPS * SEQ / 32 && r0 + 32 * (int)get_local_id(0) < nrows) q8blk(dst, r0 + 32 * get_local_id(0), q8);\n"
+    "#elif Q8 == 2\n"
+    "  local int last; const int r0 = get_group_id(0) * WARPS * SEQ, blk = r0 / 32;\n"
+    "  barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    "  if (get_local_id(0) == 0) { dev_fence(); last = atomic_inc(&cnt[blk]) == 32 / (WARPS * SEQ) - 1; if (last) { cnt[blk] = 0; dev_fence(); } }\n"
+    "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  if (last && get_local_id(0) == 0) q8blk(dst, blk * 32, q8);\n"
+    "#endif\n"
+    "}\n";
 
 int main(int argc, char **argv) {
     cl_platform_id p;
@@ -124,7 +153,12 @@ int main(int argc, char **argv) {
         for (int c = 0; c < ncopies; ++c) clEnqueueWriteBuffer(q, wa, CL_TRUE, mat * c, mat, aos, 0, NULL, NULL);
         cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, act, &e);
         cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
-        struct { int seq, warps, unroll, act_local, w32, pk, cold, hint; } vs[] = {
+        // Q8_1 blocks of the result and one counter a block, zero.
+        cl_mem bq8 = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)nrows / 32 * 36 + 36, NULL, &e);
+        cl_uint *zeros = calloc((size_t)nrows / 32 + 1, sizeof(cl_uint));
+        cl_mem bcnt = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(cl_uint) * (nrows / 32 + 1), zeros, &e);
+        free(zeros);
+        struct { int seq, warps, unroll, act_local, w32, pk, cold, hint, q8; } vs[] = {
             {4, 8, 4, 0, 0, 0}, {4, 8, 4, 1, 0, 0}, {4, 8, 4, 0, 1, 0}, {4, 8, 4, 1, 1, 0},
             {1, 8, 4, 0, 0, 0}, {1, 8, 4, 1, 0, 0}, {1, 8, 4, 1, 1, 0}, {2, 8, 4, 1, 1, 0},
             {4, 8, 2, 1, 1, 0}, {4, 4, 4, 1, 1, 0}, {1, 4, 4, 1, 1, 0}, {8, 4, 4, 1, 1, 0},
@@ -136,7 +170,13 @@ int main(int argc, char **argv) {
             // its own loaded with evict_last.
             {4, 8, 2, 0, 1, 0}, {4, 8, 2, 0, 1, 20, 0}, {4, 8, 2, 0, 1, 20, 1}, {4, 8, 2, 0, 1, 20, 1, 1},
             {1, 4, 4, 0, 1, 20, 1}, {1, 4, 4, 0, 1, 20, 1, 1},
+            // With the Q8_1 blocks: the GLU kernel's frame (its own blocks),
+            // one row pair a warp (the block's last group).
+            {4, 8, 2, 0, 1, 0, 0, 0, 1}, {4, 8, 4, 0, 1, 0, 0, 0, 1}, {1, 4, 4, 0, 1, 0, 0, 0, 2},
+            {1, 4, 2, 0, 1, 0, 0, 0, 2}, {1, 8, 4, 0, 1, 0, 0, 0, 2},
         };
+        const int q8_only = getenv("Q8_ONLY") && atoi(getenv("Q8_ONLY"));
+        if (q8_only && si > 0) break;
         const int pk_only = getenv("PK_ONLY") && atoi(getenv("PK_ONLY"));
         if (pk_only && si > 0) break;
         cl_ulong pk_host[64] = {(cl_ulong)ncols, (cl_ulong)(nrows / 2)};
@@ -148,12 +188,14 @@ int main(int argc, char **argv) {
         const int half_rows = nrows / 2;
         printf("== %d x %d Q4_0 as gate + up of %d rows (%.1f MB, %d copies)\n", ncols, nrows, half_rows, mat / 1e6, ncopies);
         for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; ++vi) {
-            if (pk_only && vi < 16) continue;
+            if (pk_only && (vi < 16 || vs[vi].q8)) continue;
+            if (q8_only && !vs[vi].q8) continue;
+            if (vs[vi].q8 && half_rows % 32) continue;
             if (vs[vi].hint && !nv) continue;
             char opts[256];
-            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d -DPK=%d %s %s %s %s", vs[vi].seq, vs[vi].warps,
+            snprintf(opts, sizeof opts, "-DSEQ=%d -DWARPS=%d -DUNROLL=%d -DPK=%d %s %s %s %s -DQ8=%d", vs[vi].seq, vs[vi].warps,
                      vs[vi].unroll, vs[vi].pk, vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "",
-                     nv ? "-DNV" : "", vs[vi].hint ? "-DPK_HINT" : "");
+                     nv ? "-DNV" : "", vs[vi].hint ? "-DPK_HINT" : "", vs[vi].q8);
             if (vs[vi].act_local && nb * 36 > 16384) continue;
             cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
             if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
@@ -169,6 +211,12 @@ int main(int argc, char **argv) {
             clSetKernelArg(k, 4, sizeof(int), &ncols);
             clSetKernelArg(k, 5, sizeof(int), &half_rows);
             clSetKernelArg(k, 6, sizeof(cl_mem), &bpk);
+            {   // A variant that writes no blocks must not pass on the last one's.
+                const cl_uint z = 0;
+                clEnqueueFillBuffer(q, bq8, &z, 4, 0, (size_t)nrows / 32 * 36 + 36, 0, NULL, NULL);
+            }
+            clSetKernelArg(k, 7, sizeof(cl_mem), &bq8);
+            clSetKernelArg(k, 8, sizeof(cl_mem), &bcnt);
             const size_t local = 32 * vs[vi].warps;
             const size_t rows_wg = vs[vi].warps * vs[vi].seq;
             const size_t global = (half_rows + rows_wg - 1) / rows_wg * local;
@@ -216,10 +264,27 @@ int main(int argc, char **argv) {
                 err = fmax(err, fabs(out[r] - y));
                 mag = fmax(mag, fabs(y));
             }
-            printf("seq %d warps %d unroll %d act %-6s w %-3s pk %2d %-9s event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
+            int q8_bad = 0;
+            if (vs[vi].q8) {
+                uint8_t *qb = malloc((size_t)half_rows / 32 * 36);
+                clEnqueueReadBuffer(q, bq8, CL_TRUE, 0, (size_t)half_rows / 32 * 36, qb, 0, NULL, NULL);
+                for (int b = 0; b < half_rows / 32; ++b) {
+                    float amax = 0;
+                    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(out[32 * b + i]));
+                    uint16_t h;
+                    memcpy(&h, qb + 36 * b, 2);
+                    const int ex = (h >> 10) & 31, mant = h & 1023;
+                    const float dh = ex ? ldexpf(1.0f + mant / 1024.0f, ex - 15) : ldexpf(mant / 1024.0f, -14);
+                    if (fabsf(dh - amax / 127.0f) > 2e-3f * amax / 127.0f + 1e-30f) q8_bad++;
+                }
+                free(qb);
+            }
+            printf("seq %d warps %d unroll %d act %-6s w %-3s pk %2d %-9s q8 %-4s event %7.2f us %6.0f GB/s  chain %7.2f us %6.0f GB/s  rel err %.1e%s\n",
                    vs[vi].seq, vs[vi].warps, vs[vi].unroll, vs[vi].act_local ? "local" : "global", vs[vi].w32 ? "u32" : "u16", vs[vi].pk,
                    !vs[vi].pk ? "" : vs[vi].hint ? "cold+hint" : vs[vi].cold ? "cold" : "warm",
-                   gpu, mat / gpu / 1e3, chain, mat / chain / 1e3, err / mag, err / mag > 1e-3 ? "  WRONG" : "");
+                   vs[vi].q8 == 1 ? "own" : vs[vi].q8 == 2 ? "last" : "",
+                   gpu, mat / gpu / 1e3, chain, mat / chain / 1e3, err / mag,
+                   err / mag > 1e-3 || q8_bad ? "  WRONG" : "");
             clReleaseKernel(k);
             clReleaseProgram(pr);
         }
@@ -228,6 +293,8 @@ int main(int argc, char **argv) {
         clReleaseMemObject(ba);
         clReleaseMemObject(bd);
         clReleaseMemObject(bpk);
+        clReleaseMemObject(bq8);
+        clReleaseMemObject(bcnt);
         for (int c = 0; c < 64; ++c) clReleaseMemObject(cpk[c]);
         free(aos); free(act); free(ref); free(out);
     }
