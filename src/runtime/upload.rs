@@ -53,18 +53,31 @@ struct Batch {
     payload: Vec<u8>,
 }
 
+/// Words of a scatter argument for `writes` writes whose bytes, each padded
+/// to 4, total `payload`: the count, three a write, then the bytes.
+fn batch_words(writes: usize, payload: usize) -> usize {
+    1 + 3 * writes + payload / 4
+}
+
 impl Batch {
-    /// Words the batch takes with one more write of `len` bytes.
-    fn words_with(&self, len: usize) -> usize {
-        1 + 3 * (self.writes.len() + 1) + (self.payload.len() + len.next_multiple_of(4)) / 4
+    /// Whether a write of `len` bytes fits a batch of its own.
+    fn fits_alone(len: usize) -> bool {
+        batch_words(1, len.next_multiple_of(4)) <= BATCH_WORDS
+    }
+
+    fn slot(&self, mem: usize) -> Option<usize> {
+        self.mems.iter().position(|&m| m == mem)
     }
 
     /// Whether a write of `len` bytes at `offset` of `mem` can join: room in
     /// the argument, a slot for its buffer, and no overlap with a write held
     /// (the launch writes them all at once, in no order).
     fn admits(&self, mem: usize, offset: u64, len: usize) -> bool {
-        let slot = self.mems.iter().position(|&m| m == mem);
-        self.words_with(len) <= BATCH_WORDS
+        let slot = self.slot(mem);
+        batch_words(
+            self.writes.len() + 1,
+            self.payload.len() + len.next_multiple_of(4),
+        ) <= BATCH_WORDS
             && (slot.is_some() || self.mems.len() < BATCH_SLOTS)
             && !self.writes.iter().any(|&(s, o, l)| {
                 Some(s) == slot && o < offset + len as u64 && offset < o + l as u64
@@ -72,7 +85,7 @@ impl Batch {
     }
 
     fn push(&mut self, mem: usize, offset: u64, data: &[u8]) {
-        let slot = match self.mems.iter().position(|&m| m == mem) {
+        let slot = match self.slot(mem) {
             Some(s) => s,
             None => {
                 self.mems.push(mem);
@@ -94,7 +107,7 @@ impl Batch {
             w[2 + 3 * i] = offset as u32;
             w[3 + 3 * i] = (offset >> 32) as u32;
         }
-        let at = 1 + 3 * self.writes.len();
+        let at = batch_words(self.writes.len(), 0);
         for (k, c) in self.payload.chunks_exact(4).enumerate() {
             w[at + k] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
         }
@@ -156,10 +169,7 @@ impl Device {
         }
         let mut up = self.uploads.lock();
         let (mem_id, at) = (mem as usize, offset as u64);
-        if mode == WriteMode::Batch
-            && !up.no_batch
-            && Batch::default().admits(mem_id, at, data.len())
-        {
+        if mode == WriteMode::Batch && !up.no_batch && Batch::fits_alone(data.len()) {
             if !up.batch.admits(mem_id, at, data.len()) {
                 self.send_batch(&mut up)?;
             }
@@ -222,28 +232,7 @@ impl Device {
         if batch.writes.is_empty() {
             return Ok(());
         }
-        if up.scatter.is_none() && !up.no_batch {
-            // The argument's words are the host's bytes: a device of the
-            // other byte order would read them swapped.
-            let made = if self.cl.endian_little().unwrap_or(false) == cfg!(target_endian = "little")
-            {
-                super::program::kernel(self, "upload", "kernel_upload_scatter")
-            } else {
-                Err(Error::Unsupported(
-                    "a device of the other byte order".into(),
-                ))
-            };
-            match made {
-                Ok(k) => up.scatter = Some(k),
-                Err(e) => {
-                    crate::log::warn(&format!(
-                        "{}: no batched writes ({e}); each small write goes on its own",
-                        self.name
-                    ));
-                    up.no_batch = true;
-                }
-            }
-        }
+        self.make_scatter(up);
         let Some(k) = &up.scatter else {
             let mut at = 0;
             for &(slot, offset, len) in &batch.writes {
@@ -282,6 +271,33 @@ impl Device {
         finish_event(ev, "clEnqueueNDRangeKernel")?;
         self.count_enqueued();
         Ok(())
+    }
+
+    /// Makes `kernel_upload_scatter` once; where it cannot be made, every
+    /// write goes on its own from then on.
+    fn make_scatter(&self, up: &mut Uploads) {
+        if up.scatter.is_some() || up.no_batch {
+            return;
+        }
+        // The argument's words are the host's bytes: a device of the other
+        // byte order would read them swapped.
+        let made = if self.cl.endian_little().unwrap_or(false) == cfg!(target_endian = "little") {
+            super::program::kernel(self, "upload", "kernel_upload_scatter")
+        } else {
+            Err(Error::Unsupported(
+                "a device of the other byte order".into(),
+            ))
+        };
+        match made {
+            Ok(k) => up.scatter = Some(k),
+            Err(e) => {
+                crate::log::warn(&format!(
+                    "{}: no batched writes ({e}); each small write goes on its own",
+                    self.name
+                ));
+                up.no_batch = true;
+            }
+        }
     }
 
     /// Sends the writes held, if any target `mem` (its buffer is about to be
