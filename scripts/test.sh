@@ -60,12 +60,15 @@ POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 bash scripts/test-greedy.sh
 # That plan with its decode kernels run as phases of the step kernel (one
 # work-group on PoCL, so its grid barriers are trivially sound). PoCL builds
 # the step program's one large kernel in ~4 minutes from a cold cache (more
-# on a loaded machine), inside the first run's time.
-POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_STEP=1 GREEDY_TIMEOUT=1500 bash scripts/test-greedy.sh
+# on a loaded machine), inside the first run's time. The GLU launches are
+# 512 wide here (POLYCL_GLU_WARPS), and still become 128-wide step phases.
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_STEP=1 POLYCL_GLU_WARPS=16 GREEDY_TIMEOUT=1500 \
+  bash scripts/test-greedy.sh
 # That plan without matmul_norm (whose norm the next matmuls apply), so the
 # separate norm kernel that every model's first layer runs stays tested on
-# every layer.
-POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_FUSE_SKIP=matmul_norm bash scripts/test-greedy.sh
+# every layer; and the GLU at its other extreme width, 8 rows a warp.
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_FUSE_SKIP=matmul_norm POLYCL_GLU_WARPS=4 \
+  bash scripts/test-greedy.sh
 
 stage "9b/10 decode launch budget: fast kernels + fusions (scripts/test-launches.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-launches.sh

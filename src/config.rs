@@ -14,6 +14,7 @@
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
+//! | `POLYCL_GLU_WARPS` | 4, 8 or 16 | warps a work-group of the decode GLU kernel (gate and up matvecs + swiglu), which makes 32 rows, so each warp takes 32 / warps of them in sequence (default 8: on the H200 the 7B Q4_0's GLU took 24.1 us a launch at 8 and 26.8 at 16, the Q8_0's 31.1 and 38.3, docs/perf.md step 44); a device whose work-groups can not be that wide gets 8; not 32, whose 1024 work-items a group NVIDIA only runs at up to 64 registers, which the K-quant GLU kernels exceed: a tuning knob |
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
@@ -52,6 +53,8 @@ pub struct Config {
     pub mv_unroll: Option<u32>,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
+    /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`).
+    pub glu_warps: u32,
     /// Shortest cache of the GQA decode attention kernel (`POLYCL_FA_GQA_MIN_KV`).
     pub fa_gqa_min_kv: u32,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
@@ -230,6 +233,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse_skip: Vec::new(),
         flush_every: 16,
         fa_groups: 256,
+        glu_warps: 8,
         fa_gqa_min_kv: 512,
         step_groups_per_cu: 4,
         step_max_mb: 8,
@@ -325,6 +329,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (1..=16).contains(&n) => c.mv_unroll = Some(n),
             _ => c.problems.push(format!(
                 "POLYCL_MV_UNROLL={v:?}: expected an integer from 1 to 16; using 2 for Q4_0, 4 otherwise"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_GLU_WARPS") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if [4, 8, 16].contains(&n) => c.glu_warps = n,
+            _ => c.problems.push(format!(
+                "POLYCL_GLU_WARPS={v:?}: expected 4, 8 or 16; using 8"
             )),
         }
     }
@@ -557,6 +569,13 @@ mod tests {
     #[test]
     fn flash_attention_groups() {
         assert_eq!(with(&[]).fa_groups, 256);
+        assert_eq!(with(&[]).glu_warps, 8);
+        assert_eq!(with(&[("POLYCL_GLU_WARPS", "16")]).glu_warps, 16);
+        for bad in ["12", "32", "x"] {
+            let c = with(&[("POLYCL_GLU_WARPS", bad)]);
+            assert_eq!(c.glu_warps, 8);
+            assert!(c.problems[0].contains("POLYCL_GLU_WARPS"));
+        }
         assert_eq!(with(&[("POLYCL_FA_GROUPS", "32")]).fa_groups, 32);
         for bad in ["0", "65537", "many"] {
             let c = with(&[("POLYCL_FA_GROUPS", bad)]);

@@ -32,15 +32,7 @@
 #include "q4_0-case.h"
 
 static const char *SRC =
-    "#ifdef NV\n"
-    "inline int dot4(int a, int b, int c) { int r; asm volatile(\"dp4a.s32.s32 %0, %1, %2, %3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c)); return r; }\n"
-    "inline float wsum(float v, local float *scr) { for (int m = 16; m >= 1; m >>= 1) { float o;"
-    " asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(o) : \"f\"(v), \"r\"(m)); v += o; } return v; }\n"
-    "#else\n"
-    "inline int dot4(int a, int b, int c) { char4 x = as_char4(a), y = as_char4(b); return c + x.x*y.x + x.y*y.y + x.z*y.z + x.w*y.w; }\n"
-    "inline float wsum(float v, local float *scr) { const int l = get_local_id(0) % 32; scr[l] = v; barrier(CLK_LOCAL_MEM_FENCE);"
-    " float t = 0.0f; for (int i = 0; i < 32; ++i) t += scr[i]; barrier(CLK_LOCAL_MEM_FENCE); return t; }\n"
-    "#endif\n"
+    MV_CL_PRELUDE
     "inline int ld2(const global char *p) { ushort2 u = vload2(0, (const global ushort *)p); return (int)u.x | ((int)u.y << 16); }\n"
     "inline int blk(int4 q, int8 a) { int s = 0;\n"
     "  s = dot4(q.x & 0x0F0F0F0F, a.s0, s); s = dot4((q.x >> 4) & 0x0F0F0F0F, a.s4, s);\n"
@@ -129,16 +121,11 @@ static const char *SRC =
     "}\n";
 
 int main(int argc, char **argv) {
-    cl_platform_id p;
     cl_device_id d;
+    cl_context ctx;
+    cl_command_queue q;
     cl_int e;
-    clGetPlatformIDs(1, &p, NULL);
-    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL);
-    char vendor[256];
-    clGetDeviceInfo(d, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
-    const int nv = strstr(vendor, "NVIDIA") != NULL;
-    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &e);
-    cl_command_queue q = clCreateCommandQueue(ctx, d, CL_QUEUE_PROFILING_ENABLE, &e);
+    const int nv = mv_open(&d, &ctx, &q);
     const long big = argc > 1 ? atol(argv[1]) : (1L << 30);  // bytes of weights cycled through
     const int shapes[][2] = {{4096, 22016}, {4096, 12288}, {11008, 4096}, {4096, 4096}, {2048, 11264}};
     for (int si = 0; si < 5; ++si) {
@@ -174,6 +161,10 @@ int main(int argc, char **argv) {
             // one row pair a warp (the block's last group).
             {4, 8, 2, 0, 1, 0, 0, 0, 1}, {4, 8, 4, 0, 1, 0, 0, 0, 1}, {1, 4, 4, 0, 1, 0, 0, 0, 2},
             {1, 4, 2, 0, 1, 0, 0, 0, 2}, {1, 8, 4, 0, 1, 0, 0, 0, 2},
+            // 32 rows a group (its own blocks) from wider groups with fewer
+            // row pairs a warp in sequence: 16 warps of two, 32 warps of one.
+            {2, 16, 4, 0, 1, 0, 0, 0, 1}, {2, 16, 2, 0, 1, 0, 0, 0, 1}, {1, 32, 4, 0, 1, 0, 0, 0, 1},
+            {1, 32, 2, 0, 1, 0, 0, 0, 1},
         };
         const int q8_only = getenv("Q8_ONLY") && atoi(getenv("Q8_ONLY"));
         if (q8_only && si > 0) break;
@@ -197,14 +188,8 @@ int main(int argc, char **argv) {
                      vs[vi].unroll, vs[vi].pk, vs[vi].act_local ? "-DACT_LOCAL=16384" : "", vs[vi].w32 ? "-DW32" : "",
                      nv ? "-DNV" : "", vs[vi].hint ? "-DPK_HINT" : "", vs[vi].q8);
             if (vs[vi].act_local && nb * 36 > 16384) continue;
-            cl_program pr = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &e);
-            if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
-                char log[8192];
-                clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-                printf("build failed (%s): %.300s\n", opts, log);
-                clReleaseProgram(pr);
-                continue;
-            }
+            cl_program pr = mv_build(ctx, d, SRC, opts);
+            if (!pr) continue;
             cl_kernel k = clCreateKernel(pr, "glu", &e);
             clSetKernelArg(k, 2, sizeof(cl_mem), &ba);
             clSetKernelArg(k, 3, sizeof(cl_mem), &bd);

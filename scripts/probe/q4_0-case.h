@@ -1,12 +1,53 @@
-// What the decode matvec probes (matvec-layout.c, matvec-act.c) share: half
-// conversions, one random Q4_0 case with its float reference, and the time a
-// plain read of the same bytes takes.
+// What the decode matvec probes (matvec-layout.c, matvec-act.c, matvec-q8.c)
+// share: half conversions, the OpenCL helpers their kernels start with
+// (MV_CL_PRELUDE), a random Q4_0 or Q8_0 case with its float reference, and
+// the time a plain read of the same bytes takes.
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// dp4a and a warp's sum (inline PTX with -DNV, portable code elsewhere).
+#define MV_CL_PRELUDE                                                                             \
+    "#ifdef NV\n"                                                                                 \
+    "inline int dot4(int a, int b, int c) { int r; asm volatile(\"dp4a.s32.s32 %0, %1, %2, %3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c)); return r; }\n" \
+    "inline float wsum(float v, local float *scr) { for (int m = 16; m >= 1; m >>= 1) { float o;" \
+    " asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(o) : \"f\"(v), \"r\"(m)); v += o; } return v; }\n" \
+    "#else\n"                                                                                     \
+    "inline int dot4(int a, int b, int c) { char4 x = as_char4(a), y = as_char4(b); return c + x.x*y.x + x.y*y.y + x.z*y.z + x.w*y.w; }\n" \
+    "inline float wsum(float v, local float *scr) { const int l = get_local_id(0) % 32; scr[l] = v; barrier(CLK_LOCAL_MEM_FENCE);" \
+    " float t = 0.0f; for (int i = 0; i < 32; ++i) t += scr[i]; barrier(CLK_LOCAL_MEM_FENCE); return t; }\n" \
+    "#endif\n"
+
+// The first device of the first platform, a context and a profiling queue
+// on it; returns whether it is NVIDIA's (inline PTX).
+static int mv_open(cl_device_id *d, cl_context *ctx, cl_command_queue *q) {
+    cl_platform_id p;
+    cl_int e;
+    clGetPlatformIDs(1, &p, NULL);
+    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, d, NULL);
+    char vendor[256];
+    clGetDeviceInfo(*d, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    *ctx = clCreateContext(NULL, 1, d, NULL, NULL, &e);
+    *q = clCreateCommandQueue(*ctx, *d, CL_QUEUE_PROFILING_ENABLE, &e);
+    return strstr(vendor, "NVIDIA") != NULL;
+}
+
+// `src` built with `opts`, or NULL after printing the start of its build log.
+static cl_program mv_build(cl_context ctx, cl_device_id d, const char *src, const char *opts) {
+    cl_int e;
+    cl_program pr = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
+    if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
+        char log[8192];
+        clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+        printf("build failed (%s): %.300s\n", opts, log);
+        clReleaseProgram(pr);
+        return NULL;
+    }
+    return pr;
+}
 
 static uint16_t f2h(float f) {
     uint32_t x;
@@ -28,18 +69,19 @@ static float h2f(uint16_t h) {
     return f;
 }
 
-// A random Q4_0 matrix (nrows x ncols, ggml's 18-byte blocks, scales within
-// +-0.01) in w, a random Q8_1 activation row (ggml's 36-byte blocks) in act,
-// and ref[r] = row r of w times act, in double precision.
-static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *act, float *ref) {
-    const int nb = ncols / 32;
-    const long mat = (long)nrows * nb * 18;
+// A random Q4_0 (q8 = 0: ggml's 18-byte blocks) or Q8_0 (q8 = 1: 34-byte
+// blocks) matrix of nrows x ncols, scales within +-0.01, in w; a random Q8_1
+// activation row (ggml's 36-byte blocks) in act; and ref[r] = row r of w
+// times act, in double precision.
+static void mv_case(int q8, int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *act, float *ref) {
+    const int nb = ncols / 32, bs = q8 ? 34 : 18;
+    const long mat = (long)nrows * nb * bs;
     float *xa = malloc(sizeof(float) * ncols);
     srand(seed);
     for (long i = 0; i < mat; ++i) w[i] = rand() & 0xff;
     for (long blk = 0; blk < (long)nrows * nb; ++blk) {
         uint16_t h = f2h((rand() % 2000 - 1000) / 1e5f);
-        memcpy(w + blk * 18, &h, 2);
+        memcpy(w + blk * bs, &h, 2);
     }
     for (int b = 0; b < nb; ++b) {
         float da = (rand() % 1000 + 1) / 1e4f;
@@ -57,10 +99,14 @@ static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *
     for (int r = 0; r < nrows; ++r) {
         double s = 0;
         for (int b = 0; b < nb; ++b) {
-            const uint8_t *blk = w + ((long)r * nb + b) * 18;
+            const uint8_t *blk = w + ((long)r * nb + b) * bs;
             uint16_t h;
             memcpy(&h, blk, 2);
             const float dw = h2f(h);
+            if (q8) {
+                for (int j = 0; j < 32; ++j) s += dw * (int8_t)blk[2 + j] * xa[b * 32 + j];
+                continue;
+            }
             for (int j = 0; j < 16; ++j) {
                 s += dw * ((blk[2 + j] & 15) - 8) * xa[b * 32 + j];
                 s += dw * ((blk[2 + j] >> 4) - 8) * xa[b * 32 + 16 + j];
@@ -69,6 +115,10 @@ static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *
         ref[r] = (float)s;
     }
     free(xa);
+}
+
+static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *act, float *ref) {
+    mv_case(0, ncols, nrows, seed, w, act, ref);
 }
 
 // Prints the GPU time (profiling events, launches 10..49) of a plain int4

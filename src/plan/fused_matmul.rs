@@ -17,8 +17,6 @@ use opencl3::types::cl_mem;
 /// group kernel (MV_ROWS, MV_LANES).
 const MV_ROWS: usize = 4;
 const MV_LANES: usize = 32;
-/// Row groups a work-group of the GLU kernel (GLU_WARPS).
-const GLU_WARPS: usize = 8;
 /// Rows a work-group of the GLU kernel (GLU_ROWS): whole Q8_1 blocks.
 const GLU_ROWS: usize = 32;
 
@@ -191,13 +189,14 @@ pub fn lower_glu(
         None
     };
     let (q8_mem, q8_off) = q8.map_or((dglu.mem, 0), |t| (t.mem, t.offset));
-    let per_group = GLU_ROWS;
+    // The mul_mv program is built with the same GLU_WARPS.
+    let warps = b.device.glu_warps();
     out.push(grid(
         b,
         "mul_mv",
         &name,
-        [rows.div_ceil(per_group) * GLU_WARPS * MV_LANES, 1, 1],
-        Some([GLU_WARPS * MV_LANES, 1, 1]),
+        [rows.div_ceil(GLU_ROWS) * warps * MV_LANES, 1, 1],
+        Some([warps * MV_LANES, 1, 1]),
         "mul_mat",
         |a| {
             a.tensor(&wg)?.tensor(&wu)?.ptr(act.mem, act_off)?;

@@ -123,6 +123,20 @@ impl Device {
         nv_at_least(self.is_nvidia, self.nv_sm, 61)
     }
 
+    /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`, the
+    /// mul_mv program's GLU_WARPS and its launches' width): 8, which every
+    /// device that runs the fast kernels takes, where the device's
+    /// work-groups can not be as wide as asked.
+    pub fn glu_warps(&self) -> usize {
+        let asked = crate::config::get().glu_warps as usize;
+        let widest = self.cl.max_work_group_size().unwrap_or(0);
+        if widest >= asked * 32 {
+            asked
+        } else {
+            8
+        }
+    }
+
     /// Whether the tensor-core kernels build here: `mma.sync` m16n8k32 (s8)
     /// and m16n8k16 (f16) and `cp.async` need sm_80.
     pub fn has_mma(&self) -> bool {

@@ -141,10 +141,10 @@ pub fn build_source_with(
     let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}");
     // The tile shape only for its program, so that sweeping it leaves the
     // other programs' cached binaries (keyed by options) valid.
-    let tile = if name == "mul_mm_mma" {
-        config.mma_tile.defines()
-    } else {
-        String::new()
+    let tile = match name {
+        "mul_mm_mma" => config.mma_tile.defines(),
+        "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
+        _ => String::new(),
     };
     let options = if device.nvidia_ptx() {
         format!("{BUILD_OPTIONS} {unrolls} {tile} -DPOLYCL_NVIDIA=1 {extra}")

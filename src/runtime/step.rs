@@ -29,12 +29,15 @@ use std::sync::Arc;
 /// bounds-checks its global id), and how many step work-groups (STEP_WG
 /// wide) one of its own work-groups becomes along x.
 /// Its first `weights` tensor arguments are weights (POLYCL_STEP_MAX_MB).
+/// `any_width`: its own work-groups may be of any width (the GLU kernels,
+/// `POLYCL_GLU_WARPS`), each one still becoming `x_scale` step groups.
 pub struct PhaseKind {
     pub kernel: &'static str,
     pub buffers: usize,
     pub local: Option<usize>,
     pub x_scale: usize,
     pub weights: usize,
+    pub any_width: bool,
 }
 
 const fn phase(
@@ -50,6 +53,16 @@ const fn phase(
         local,
         x_scale,
         weights,
+        any_width: false,
+    }
+}
+
+/// A GLU kernel: one of its own work-groups makes GLU_ROWS rows whatever its
+/// width, and so does one step work-group (4 warps of 8 rows).
+const fn glu_phase(kernel: &'static str) -> PhaseKind {
+    PhaseKind {
+        any_width: true,
+        ..phase(kernel, 8, Some(256), 1, 2)
     }
 }
 
@@ -70,11 +83,11 @@ pub const PHASES: &[PhaseKind] = &[
     phase("kernel_mul_mv_group_rope_q6_k", 16, Some(128), 1, 3),
     phase("kernel_mul_mv_group_mixed", 8, Some(128), 1, 3),
     phase("kernel_mul_mv_group_rope_mixed", 16, Some(128), 1, 3),
-    // GLU_ROWS rows a group either way: 8 warps alone, 4 in the step.
-    phase("kernel_mul_mv_glu_q4_0", 8, Some(256), 1, 2),
-    phase("kernel_mul_mv_glu_q8_0", 8, Some(256), 1, 2),
-    phase("kernel_mul_mv_glu_q4_k", 8, Some(256), 1, 2),
-    phase("kernel_mul_mv_glu_q6_k", 8, Some(256), 1, 2),
+    // GLU_ROWS rows a group either way: GLU_WARPS warps alone, 4 in the step.
+    glu_phase("kernel_mul_mv_glu_q4_0"),
+    glu_phase("kernel_mul_mv_glu_q8_0"),
+    glu_phase("kernel_mul_mv_glu_q4_k"),
+    glu_phase("kernel_mul_mv_glu_q6_k"),
     // FW_WG elements a group: 256 alone, 128 in the step.
     phase("kernel_fused_rms_norm_wide", 7, Some(256), 2, 0),
     phase("kernel_fa_vec", 8, Some(128), 1, 0),
@@ -326,7 +339,8 @@ fn phase_of(l: &Launch) -> Option<(usize, [usize; 3], &Packed)> {
         return None;
     }
     let grid = match (p.local, l.local) {
-        (Some(wg), Some(local)) if local == [wg, 1, 1] => {
+        (Some(wg), Some(local)) if local == [wg, 1, 1] || (p.any_width && local[1..] == [1, 1]) => {
+            let wg = local[0];
             let g = l.global;
             if !g[0].is_multiple_of(wg) {
                 return None;

@@ -354,12 +354,16 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
 // rows a work-group of GLU_WARPS row groups (each GLU_ROWS / GLU_WARPS rows
 // of both matrices), so one work-group makes whole Q8_1 blocks of the result
-// for the next matmul (has_q8; needs rows % 32 == 0). The step program runs
-// it with 4 warps (its work-groups are 128 wide), each taking 8 rows.
+// for the next matmul (has_q8; needs rows % 32 == 0). GLU_WARPS is a build
+// option (Device::glu_warps, 8 by default: 16 warps of two rows each were
+// slower on the H200 at the kernel's registers, docs/perf.md step 44).
+// The step program runs it with 4 warps (its work-groups are 128 wide), each
+// taking 8 rows.
 // global {ceil(rows / GLU_ROWS) * GLU_WARPS * MV_LANES}, local {GLU_WARPS * MV_LANES}.
 #ifdef POLYCL_STEP
+#undef GLU_WARPS
 #define GLU_WARPS 4
-#else
+#elif !defined(GLU_WARPS)
 #define GLU_WARPS 8
 #endif
 #define GLU_ROWS 32
