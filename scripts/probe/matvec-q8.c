@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
         cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
         printf("== %d x %d %s (%.1f MB, %d copies)\n", ncols, nrows, q4 ? "Q4_0" : "Q8_0", mat / 1e6, ncopies);
         // polycl's frame first: a block a lane, 4 warps, unroll 4 (Q8_0) or 2 (Q4_0).
-        struct { int lanes, warps, unroll; } vs8[] = {
+        static const struct variant { int lanes, warps, unroll; } vs8[] = {
             {1, 4, 4}, {1, 4, 2}, {8, 4, 4}, {8, 4, 8}, {4, 4, 4}, {4, 4, 8}, {8, 8, 8}, {4, 8, 4},
         }, vs4[] = {
             {1, 4, 2}, {1, 4, 4}, {4, 4, 4}, {4, 4, 8}, {2, 4, 4}, {2, 4, 2}, {4, 8, 8}, {2, 8, 4},
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
             subs[c] = clCreateSubBuffer(wa, 0, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
         }
         for (int vi = 0; vi < nvs; ++vi) {
-            const struct { int lanes, warps, unroll; } *v = (const void *)(q4 ? &vs4[vi] : &vs8[vi]);
+            const struct variant *v = q4 ? &vs4[vi] : &vs8[vi];
             char opts[256];
             snprintf(opts, sizeof opts, "-DLANES=%d -DWARPS=%d -DUNROLL=%d %s %s", v->lanes, v->warps, v->unroll,
                      nv ? "-DNV" : "", q4 ? "-DQ4" : "");

@@ -23,7 +23,7 @@
 
 // The first device of the first platform, a context and a profiling queue
 // on it; returns whether it is NVIDIA's (inline PTX).
-static int mv_open(cl_device_id *d, cl_context *ctx, cl_command_queue *q) {
+static inline int mv_open(cl_device_id *d, cl_context *ctx, cl_command_queue *q) {
     cl_platform_id p;
     cl_int e;
     clGetPlatformIDs(1, &p, NULL);
@@ -36,7 +36,7 @@ static int mv_open(cl_device_id *d, cl_context *ctx, cl_command_queue *q) {
 }
 
 // `src` built with `opts`, or NULL after printing the start of its build log.
-static cl_program mv_build(cl_context ctx, cl_device_id d, const char *src, const char *opts) {
+static inline cl_program mv_build(cl_context ctx, cl_device_id d, const char *src, const char *opts) {
     cl_int e;
     cl_program pr = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
     if (clBuildProgram(pr, 1, &d, opts, NULL, NULL)) {
@@ -117,7 +117,7 @@ static void mv_case(int q8, int ncols, int nrows, unsigned seed, uint8_t *w, uin
     free(xa);
 }
 
-static void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *act, float *ref) {
+static inline void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, uint8_t *act, float *ref) {
     mv_case(0, ncols, nrows, seed, w, act, ref);
 }
 
