@@ -6,7 +6,8 @@
 //! | `POLYCL_LOG` | `0` or `1` | `1` logs debug lines (plans built, cache hits) |
 //! | `POLYCL_PLAN_CACHE` | positive integer | plans kept per backend (default 64) |
 //! | `POLYCL_PROGRAM_CACHE` | a folder, or `0` | where built kernel binaries are kept across runs (default `$XDG_CACHE_HOME/polycl` or `~/.cache/polycl`); `0` disables |
-//! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs only) |
+//! | `POLYCL_FAST_KERNELS` | `0` or `1` | `1`: fast (not CPU-bit-exact) matmul kernels on every device; `0`: portable kernels everywhere (default: fast on GPUs whose work-groups hold at least 256 work-items, `plan/mul_mv.rs` `wanted`) |
+//! | `POLYCL_MAX_WORK_GROUP` | 64 to 65536 | treat every device as allowing at most this many work-items a work-group, below what it reports (tests: what GPUs with narrower work-groups get) |
 //! | `POLYCL_MEM_LIMIT_MB` | positive integer | refuse device allocations beyond this many MiB per device (fault testing) |
 //! | `POLYCL_FUSE` | `0` or `1` | `1` (default): on devices that run the fast kernels, fuse decode-step ops (norm, matmul groups, GLU, rope + cache writes) into fewer launches; `0`: one launch per op |
 //! | `POLYCL_FUSE_SKIP` | comma list of fusion pass names (`passes/fuse/mod.rs` NAMES: `row_select`, `rms_norm`, `matmul_glu`, `matmul_group`, `rope_store`, `group_rope`, `matmul_norm`), or empty | skip these passes, for measuring what each one buys (default empty: every pass runs) |
@@ -36,6 +37,9 @@ pub struct Config {
     pub verbose: bool,
     pub plan_cache_size: usize,
     pub mem_limit: Option<usize>,
+    /// Work-items a work-group at most, below the device's own limit
+    /// (`POLYCL_MAX_WORK_GROUP`, tests).
+    pub max_work_group: Option<usize>,
     /// Injected faults (`POLYCL_FAULT`), for reliability tests.
     pub faults: Vec<crate::fault::Fault>,
     pub fast_kernels: Option<bool>,
@@ -332,6 +336,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
+    if let Some(v) = get("POLYCL_MAX_WORK_GROUP") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if (64..=65536).contains(&n) => c.max_work_group = Some(n),
+            _ => c.problems.push(format!(
+                "POLYCL_MAX_WORK_GROUP={v:?}: expected an integer from 64 to 65536; using the device's limit"
+            )),
+        }
+    }
     if let Some(v) = get("POLYCL_GLU_WARPS") {
         match v.trim().parse::<u32>() {
             Ok(n) if [4, 8, 16].contains(&n) => c.glu_warps = n,
@@ -570,6 +582,16 @@ mod tests {
     fn flash_attention_groups() {
         assert_eq!(with(&[]).fa_groups, 256);
         assert_eq!(with(&[]).glu_warps, 8);
+        assert_eq!(with(&[]).max_work_group, None);
+        assert_eq!(
+            with(&[("POLYCL_MAX_WORK_GROUP", "256")]).max_work_group,
+            Some(256)
+        );
+        for bad in ["32", "65537", "wide"] {
+            let c = with(&[("POLYCL_MAX_WORK_GROUP", bad)]);
+            assert_eq!(c.max_work_group, None);
+            assert!(c.problems[0].contains("POLYCL_MAX_WORK_GROUP"));
+        }
         assert_eq!(with(&[("POLYCL_GLU_WARPS", "16")]).glu_warps, 16);
         for bad in ["12", "32", "x"] {
             let c = with(&[("POLYCL_GLU_WARPS", bad)]);

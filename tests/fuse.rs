@@ -342,6 +342,21 @@ fn matvec_add_norm_fuses_only_where_fused_matmuls_alone_read_the_norm() {
     assert_eq!(fuse::run(&mut matvec_norm_graph(true, true)).matmul_norm, 0);
 }
 
+#[test]
+fn matvec_add_norm_and_row_select_wait_for_wide_enough_work_groups() {
+    // MulMatAddNorm's kernel runs 512 work-items a group: a device that
+    // allows 256 keeps the matmul and the norm apart (and the row selection
+    // that only helps that fusion), and still fuses the rest.
+    let narrow = fuse::matmul_norm::WORK_GROUP / 2;
+    let f = fuse::run_for(&mut matvec_norm_graph(true, false), narrow);
+    assert_eq!((f.rms_norm, f.matmul_glu, f.matmul_norm), (1, 1, 0));
+    let f = fuse::run_for(&mut row_select_graph(1, None, false), narrow);
+    assert_eq!((f.row_select, f.matmul_norm), (0, 0));
+    let wide = fuse::matmul_norm::WORK_GROUP;
+    let f = fuse::run_for(&mut row_select_graph(1, None, false), wide);
+    assert_eq!((f.row_select, f.matmul_norm), (2, 1));
+}
+
 /// llama's last layer for one token: the attention's O projection and the
 /// residual each pass through a GetRows of the one output row, then the
 /// residual add, the FFN norm and the gate/up matmuls. `reuse`: the host's

@@ -126,32 +126,22 @@ int main(int argc, char **argv) {
             clSetKernelArg(k, 4, sizeof(int), &nrows);
             const size_t local = 32 * v->warps, rows_wg = 2 * v->warps;
             const size_t global = (nrows + rows_wg - 1) / rows_wg * local;
-            double gpu = 0;
             cl_event *ev = malloc(sizeof(cl_event) * iters);
             for (int it = 0; it < iters; ++it) {
                 clSetKernelArg(k, 0, sizeof(cl_mem), &subs[it % ncopies]);
                 clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
             }
             clFinish(q);
-            for (int it = 0; it < iters; ++it) {
-                cl_ulong t0, t1;
-                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_START, 8, &t0, NULL);
-                clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_END, 8, &t1, NULL);
-                if (it >= iters / 10) gpu += (t1 - t0) / 1e3;
-                clReleaseEvent(ev[it]);
-            }
+            const double gpu = mv_events_us(ev, iters);
             free(ev);
-            gpu /= iters - iters / 10;
             // The same launches back to back without events: what one costs in a chain.
-            struct timespec c0, c1;
-            clock_gettime(CLOCK_MONOTONIC, &c0);
+            const double c0 = mv_now_us();
             for (int it = 0; it < iters; ++it) {
                 clSetKernelArg(k, 0, sizeof(cl_mem), &subs[it % ncopies]);
                 clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
             }
             clFinish(q);
-            clock_gettime(CLOCK_MONOTONIC, &c1);
-            const double chain = ((c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec)) / 1e3 / iters;
+            const double chain = (mv_now_us() - c0) / iters;
             clEnqueueReadBuffer(q, bd, CL_TRUE, 0, sizeof(float) * nrows, out, 0, NULL, NULL);
             double err = 0, mag = 0;
             for (int r = 0; r < nrows; ++r) {

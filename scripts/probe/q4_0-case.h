@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // dp4a and a warp's sum (inline PTX with -DNV, portable code elsewhere).
 #define MV_CL_PRELUDE                                                                             \
@@ -47,6 +48,27 @@ static inline cl_program mv_build(cl_context ctx, cl_device_id d, const char *sr
         return NULL;
     }
     return pr;
+}
+
+// Mean device time (us) of n launches' profiling events after the first
+// tenth (warm-up); releases the events.
+static inline double mv_events_us(cl_event *ev, int n) {
+    double us = 0;
+    for (int it = 0; it < n; ++it) {
+        cl_ulong t0, t1;
+        clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_START, 8, &t0, NULL);
+        clGetEventProfilingInfo(ev[it], CL_PROFILING_COMMAND_END, 8, &t1, NULL);
+        if (it >= n / 10) us += (t1 - t0) / 1e3;
+        clReleaseEvent(ev[it]);
+    }
+    return us / (n - n / 10);
+}
+
+// Monotonic wall time in us.
+static inline double mv_now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
 static uint16_t f2h(float f) {
@@ -125,7 +147,7 @@ static inline void q4_0_case(int ncols, int nrows, unsigned seed, uint8_t *w, ui
 // read of `mat` bytes, cycling through the `ncopies` copies in `w`: the
 // bandwidth a matvec over those bytes could reach. `scratch` takes the
 // kernel's one (never written) result.
-static void print_readbw(cl_context ctx, cl_device_id d, cl_command_queue q, cl_mem w, cl_mem scratch,
+static inline void print_readbw(cl_context ctx, cl_device_id d, cl_command_queue q, cl_mem w, cl_mem scratch,
                          long mat, int ncopies) {
     static const char *src =
         "kernel void readbw(const global int4 *w, global int *dst, long n) {\n"

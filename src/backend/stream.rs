@@ -172,7 +172,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     }
     passes::run_pipeline(&mut ir, &mut [])?;
     if config::get().fuse && crate::plan::mul_mv::wanted(&c.dev) {
-        let fused = passes::fuse::run(&mut ir);
+        let fused = passes::fuse::run_for(&mut ir, c.dev.max_work_group);
         crate::ir::verify::verify(&ir)?;
         log::debug(&format!("{}: fused: {fused:?}", c.dev.name));
     }

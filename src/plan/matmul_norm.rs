@@ -20,7 +20,7 @@ use opencl3::types::cl_mem;
 /// Rows a work-group (one Q8_1 block) and its size (MVN_WG: 16 warps of
 /// two rows).
 const ROWS: usize = 32;
-const WG: usize = 512;
+const WG: usize = crate::passes::fuse::matmul_norm::WORK_GROUP;
 
 fn align(n: usize) -> usize {
     n.div_ceil(128) * 128

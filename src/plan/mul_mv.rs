@@ -52,9 +52,16 @@ fn raw_stageable(w: &Operand) -> bool {
         && w.nb[1..].iter().all(|nb| nb.is_multiple_of(4))
 }
 
+/// The widest work-group of the fast kernels but MulMatAddNorm's (the GLU at
+/// its default 8 warps, the fused norms): GPUs whose work-groups are
+/// narrower get the portable kernels unless `POLYCL_FAST_KERNELS=1` asks.
+const FAST_WORK_GROUP: usize = 256;
+
 /// Whether `device` runs the fast kernels (and the fusions made for them).
 pub fn wanted(device: &Device) -> bool {
-    config::get().fast_kernels.unwrap_or(device.is_gpu)
+    config::get()
+        .fast_kernels
+        .unwrap_or(device.is_gpu && device.max_work_group >= FAST_WORK_GROUP)
 }
 
 /// Whether `select` picks a fast kernel for K-quant weights on `device`

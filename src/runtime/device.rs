@@ -29,6 +29,9 @@ pub struct Device {
     pub nv_sm: Option<u32>,
     pub global_mem: usize,
     pub max_alloc: usize,
+    /// Work-items a work-group at most (`POLYCL_MAX_WORK_GROUP` may lower
+    /// it); a kernel's own limit can be lower still (`plan/lower.rs grid`).
+    pub max_work_group: usize,
     pub cl: ClDevice,
     /// Shared by every polycl device of the same platform, so buffers of one
     /// can be copied to another with clEnqueueCopyBuffer and events.
@@ -129,8 +132,7 @@ impl Device {
     /// work-groups can not be as wide as asked.
     pub fn glu_warps(&self) -> usize {
         let asked = crate::config::get().glu_warps as usize;
-        let widest = self.cl.max_work_group_size().unwrap_or(0);
-        if widest >= asked * 32 {
+        if self.max_work_group >= asked * 32 {
             asked
         } else {
             8
@@ -287,6 +289,10 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             is_gpu: dev_type & CL_DEVICE_TYPE_GPU != 0,
             global_mem: d.global_mem_size().unwrap_or(0) as usize,
             max_alloc: d.max_mem_alloc_size().unwrap_or(0) as usize,
+            max_work_group: d
+                .max_work_group_size()
+                .unwrap_or(0)
+                .min(config::get().max_work_group.unwrap_or(usize::MAX)),
             cl: d,
             context,
             platform: pi,

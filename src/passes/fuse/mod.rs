@@ -52,9 +52,16 @@ pub const NAMES: &[&str] = &[
 /// residual is one that MulMatAddNorm takes, while a norm kernel of its own
 /// would fall back to the one-group-a-row kernel there.
 pub fn run(g: &mut Graph) -> Fused {
+    run_for(g, usize::MAX)
+}
+
+/// `run` for a device whose work-groups hold at most `widest` work-items:
+/// matmul_norm (and so row_select) only where its kernel's groups fit.
+pub fn run_for(g: &mut Graph, widest: usize) -> Fused {
     let skip = &crate::config::get().fuse_skip;
     let step = crate::runtime::step::wanted();
-    let norm_fused = !step && !skip.iter().any(|s| s == "matmul_norm");
+    let norm_fused =
+        !step && !skip.iter().any(|s| s == "matmul_norm") && widest >= matmul_norm::WORK_GROUP;
     let mut pass = |name: &str, f: fn(&mut Graph) -> usize| {
         let off = !norm_fused && matches!(name, "matmul_norm" | "row_select");
         if off || skip.iter().any(|s| s == name) {
