@@ -18,6 +18,7 @@ use crate::ggml::types::GgmlType;
 use crate::ir::{Graph, Node, Op, TensorType, Value};
 use crate::runtime::buffer::finish_event;
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
+use crate::runtime::Device;
 use opencl3::command_queue as cq;
 use opencl3::types::cl_mem;
 use std::ffi::c_void;
@@ -91,8 +92,10 @@ fn applies(g: &Graph, n: &Node, fast: bool) -> bool {
     q.ne[1] <= MAX_SPLIT_QUERIES
 }
 
-fn fast(b_device_is_gpu: bool) -> bool {
-    config::get().fast_kernels.unwrap_or(b_device_is_gpu)
+/// The fast kernels' rule (`mul_mv::wanted`), so that attention and matmuls
+/// take the same side.
+fn fast(device: &Device) -> bool {
+    super::mul_mv::wanted(device)
 }
 
 fn counter_bytes(q: &TensorType) -> u64 {
@@ -121,10 +124,10 @@ fn align(n: u64) -> u64 {
 /// (query, head), then the partial softmax states. Every split node of a
 /// plan shares both (the in-order queue runs them one after the other, and
 /// each launch leaves its counters at 0), so the sizes are maxima.
-fn layout(g: &Graph, device_is_gpu: bool) -> (u64, u64) {
+fn layout(g: &Graph, device: &Device) -> (u64, u64) {
     g.nodes
         .iter()
-        .filter(|n| applies(g, n, fast(device_is_gpu)))
+        .filter(|n| applies(g, n, fast(device)))
         .map(|n| {
             let [q, k, v] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
             (align(counter_bytes(q)), partial_bytes(q, k, v))
@@ -133,8 +136,8 @@ fn layout(g: &Graph, device_is_gpu: bool) -> (u64, u64) {
 }
 
 /// Bytes of scratch the split kernel needs in a plan of `g`.
-pub fn scratch_bytes(g: &Graph, device_is_gpu: bool) -> usize {
-    let (counters, partials) = layout(g, device_is_gpu);
+pub fn scratch_bytes(g: &Graph, device: &Device) -> usize {
+    let (counters, partials) = layout(g, device);
     (counters + partials) as usize
 }
 
@@ -182,14 +185,14 @@ pub fn lower_split(
     out: &mut Vec<Launch>,
 ) -> Result<bool> {
     let g = b.graph;
-    if !applies(g, n, fast(b.device.is_gpu)) {
+    if !applies(g, n, fast(&b.device)) {
         return Ok(false);
     }
     let Some((scratch, size)) = b.scratch else {
         return Ok(false);
     };
     let [q, k, v, _, dst] = fa.ops;
-    let (counters, _) = layout(g, b.device.is_gpu);
+    let (counters, _) = layout(g, &b.device);
     // The matmul scratch ends 128-aligned; aligning again only guards the
     // counters' atomics should that change (the size check then fails safe).
     let cnt_off = align(b.mm.scratch_bytes() as u64);
@@ -352,7 +355,7 @@ fn mma_applies(b: &Binder, fa: &FaArgs) -> bool {
 /// no scratch); false leaves the node to the portable kernel.
 pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>) -> Result<bool> {
     let g = b.graph;
-    if !fast(b.device.is_gpu) || !matches!(n.op, Op::FlashAttn { .. }) {
+    if !fast(&b.device) || !matches!(n.op, Op::FlashAttn { .. }) {
         return Ok(false);
     }
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));

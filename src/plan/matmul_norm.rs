@@ -105,7 +105,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
     let (scratch, size) = b
         .scratch
         .ok_or_else(|| bad("the plan has no scratch".into()))?;
-    let fa_bytes = super::flash_attn::scratch_bytes(b.graph, b.device.is_gpu);
+    let fa_bytes = super::flash_attn::scratch_bytes(b.graph, &b.device);
     let g = b.graph;
     let base = shares_base(b.mm.scratch_bytes(), fa_bytes);
     let ss_off = shares_offset(g, id, base);

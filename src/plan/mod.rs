@@ -165,7 +165,7 @@ impl Plan {
         let mm = mul_mat::MatmulState::new(graph, device);
         // Matmul activations first, then flash attention's split-KV partials,
         // then the matvec+norm counter.
-        let fa_bytes = flash_attn::scratch_bytes(graph, device.is_gpu);
+        let fa_bytes = flash_attn::scratch_bytes(graph, device);
         let scratch_bytes = (mm.scratch_bytes() + fa_bytes).max(matmul_norm::scratch_end(
             graph,
             mm.scratch_bytes(),

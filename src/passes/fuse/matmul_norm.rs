@@ -20,13 +20,13 @@
 
 use super::matmul_group::decode_matmul;
 use super::span;
+use crate::ggml::types::GgmlType::F32;
+use crate::ir::{Graph, Op, Place, Value};
 
 /// Work-items a work-group of the fused kernel (`mul_mv_norm.cl` MVN_WG:
 /// 16 warps of two rows): devices whose work-groups are narrower keep the
 /// matmul and the norm apart (`fuse::run_for`).
 pub const WORK_GROUP: usize = 512;
-use crate::ggml::types::GgmlType::F32;
-use crate::ir::{Graph, Op, Place, Value};
 
 /// A contiguous F32 row of `n` elements at a 16-byte aligned offset.
 fn row_of(g: &Graph, v: Value, n: i64) -> bool {
