@@ -217,33 +217,21 @@ impl Launch {
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         super::counters::launched(self.kind);
         let every = super::profile::per_kernel();
-        if let Some(f) = raw_enqueue().filter(|_| !every && !timed) {
-            // SAFETY: as below; passing a null event pointer asks OpenCL for no
-            // event object, which saves its creation and release per launch.
-            let status = unsafe {
-                f(
+        if !every && !timed {
+            // SAFETY: every argument was bound at plan time and the buffers they
+            // name are kept alive by the plan that owns this launch.
+            return unsafe {
+                enqueue_without_event(
                     device.queue()?.get(),
                     self.kernel.get(),
                     self.dims,
-                    std::ptr::null(),
                     self.global.as_ptr(),
                     local,
-                    0,
-                    std::ptr::null(),
-                    std::ptr::null_mut(),
                 )
-            };
-            return if status == 0 {
-                Ok(None)
-            } else {
-                Err(crate::error::Error::OpenCl(
-                    "clEnqueueNDRangeKernel",
-                    status,
-                ))
-            };
+            }
+            .map(|_| None);
         }
-        // SAFETY: every argument was bound at plan time and the buffers they name
-        // are kept alive by the plan that owns this launch.
+        // SAFETY: as above.
         let ev = unsafe {
             cq::enqueue_nd_range_kernel(
                 device.queue()?.get(),
@@ -256,17 +244,66 @@ impl Launch {
                 std::ptr::null(),
             )
         };
-        if every || timed {
-            let e = Event::new(ev.map_err(|s| Error::OpenCl("clEnqueueNDRangeKernel", s))?);
-            if timed {
-                return Ok(Some(e));
-            }
-            let name = self.kernel.function_name().unwrap_or_default();
-            super::profile::record(name, e);
-            return Ok(None);
+        let e = Event::new(ev.map_err(|s| Error::OpenCl("clEnqueueNDRangeKernel", s))?);
+        if timed {
+            return Ok(Some(e));
         }
-        finish_event(ev, "clEnqueueNDRangeKernel").map(|_| None)
+        let name = self.kernel.function_name().unwrap_or_default();
+        super::profile::record(name, e);
+        Ok(None)
     }
+}
+
+/// Enqueues `kernel` on `queue` asking for no event object (`raw_enqueue`),
+/// which saves its creation and release per launch; where the loader's symbol
+/// was not found, through opencl3, releasing the event it returns.
+///
+/// # Safety
+/// `queue` and `kernel` are live, every argument of `kernel` is set and the
+/// buffers they name outlive the command; `global` points at `dims` sizes and
+/// `local` at `dims` sizes or is null.
+pub(crate) unsafe fn enqueue_without_event(
+    queue: opencl3::types::cl_command_queue,
+    kernel: opencl3::types::cl_kernel,
+    dims: u32,
+    global: *const usize,
+    local: *const usize,
+) -> Result<()> {
+    if let Some(f) = raw_enqueue() {
+        // SAFETY: the caller's promises; a null event pointer asks for no event.
+        let status = unsafe {
+            f(
+                queue,
+                kernel,
+                dims,
+                std::ptr::null(),
+                global,
+                local,
+                0,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        return if status == 0 {
+            Ok(())
+        } else {
+            Err(Error::OpenCl("clEnqueueNDRangeKernel", status))
+        };
+    }
+    // SAFETY: the caller's promises.
+    let ev = unsafe {
+        cq::enqueue_nd_range_kernel(
+            queue,
+            kernel,
+            dims,
+            std::ptr::null(),
+            global,
+            local,
+            0,
+            std::ptr::null(),
+        )
+    };
+    finish_event(ev, "clEnqueueNDRangeKernel")
 }
 
 type EnqueueNdRange = unsafe extern "C" fn(

@@ -19,7 +19,6 @@
 //! Either way the in-order queue runs the write before every later kernel,
 //! copy and read of the device.
 
-use super::buffer::finish_event;
 use super::device::Device;
 use crate::config::WriteMode;
 use crate::error::{ClContext, Error, Result};
@@ -255,20 +254,17 @@ impl Device {
         // `words` is; OpenCL copies it at the call.
         unsafe { k.set_arg(BATCH_SLOTS as u32, &words) }.cl("clSetKernelArg")?;
         let size = [SCATTER_WIDTH];
-        // SAFETY: every argument was set above; one 1-D work-group.
-        let ev = unsafe {
-            cq::enqueue_nd_range_kernel(
+        // SAFETY: every argument was set above, its buffers live (as above);
+        // one 1-D work-group.
+        unsafe {
+            super::executor::enqueue_without_event(
                 self.in_order.get(),
                 k.get(),
                 1,
-                std::ptr::null(),
                 size.as_ptr(),
                 size.as_ptr(),
-                0,
-                std::ptr::null(),
             )
-        };
-        finish_event(ev, "clEnqueueNDRangeKernel")?;
+        }?;
         self.count_enqueued();
         Ok(())
     }
