@@ -167,23 +167,10 @@ int main(int argc, char **argv) {
         for (int a = 0; a < 7; ++a) clSetKernelArg(k, a, sizeof(cl_mem), &args[a]);
         clSetKernelArg(k, 7, sizeof(float), &scale);
         const size_t local = 32 * warps, global = (size_t)HEADS * (NKV / (warps * kpw)) * local;
-        cl_event *ev = malloc(sizeof(cl_event) * iters);
-        for (int it = 0; it < iters; ++it) {
-            clSetKernelArg(k, 1, sizeof(cl_mem), &bk[it % COPIES]);
-            clSetKernelArg(k, 2, sizeof(cl_mem), &bv[it % COPIES]);
-            clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
-        }
-        clFinish(q);
-        const double gpu = mv_events_us(ev, iters);
-        free(ev);
-        const double c0 = mv_now_us();
-        for (int it = 0; it < iters; ++it) {
-            clSetKernelArg(k, 1, sizeof(cl_mem), &bk[it % COPIES]);
-            clSetKernelArg(k, 2, sizeof(cl_mem), &bv[it % COPIES]);
-            clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
-        }
-        clFinish(q);
-        const double chain = (mv_now_us() - c0) / iters;
+        const cl_uint kv_args[] = {1, 2};
+        cl_mem *const kv_cycle[] = {bk, bv};
+        double gpu, chain;
+        mv_time(q, k, global, local, iters, 2, kv_args, kv_cycle, COPIES, &gpu, &chain);
         clEnqueueReadBuffer(q, bo, CL_TRUE, 0, sizeof(float) * HEADS * D, out, 0, NULL, NULL);
         double err = 0;
         for (int i = 0; i < HEADS * D; ++i) err = fmax(err, fabs(out[i] - ref[i]));

@@ -126,22 +126,10 @@ int main(int argc, char **argv) {
             clSetKernelArg(k, 4, sizeof(int), &nrows);
             const size_t local = 32 * v->warps, rows_wg = 2 * v->warps;
             const size_t global = (nrows + rows_wg - 1) / rows_wg * local;
-            cl_event *ev = malloc(sizeof(cl_event) * iters);
-            for (int it = 0; it < iters; ++it) {
-                clSetKernelArg(k, 0, sizeof(cl_mem), &subs[it % ncopies]);
-                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
-            }
-            clFinish(q);
-            const double gpu = mv_events_us(ev, iters);
-            free(ev);
-            // The same launches back to back without events: what one costs in a chain.
-            const double c0 = mv_now_us();
-            for (int it = 0; it < iters; ++it) {
-                clSetKernelArg(k, 0, sizeof(cl_mem), &subs[it % ncopies]);
-                clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
-            }
-            clFinish(q);
-            const double chain = (mv_now_us() - c0) / iters;
+            const cl_uint warg[] = {0};
+            cl_mem *const wcycle[] = {subs};
+            double gpu, chain;
+            mv_time(q, k, global, local, iters, 1, warg, wcycle, ncopies, &gpu, &chain);
             clEnqueueReadBuffer(q, bd, CL_TRUE, 0, sizeof(float) * nrows, out, 0, NULL, NULL);
             double err = 0, mag = 0;
             for (int r = 0; r < nrows; ++r) {

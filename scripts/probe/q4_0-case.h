@@ -71,6 +71,31 @@ static inline double mv_now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
+// Times `iters` 1-D launches of `k`, before each setting argument arg[a]
+// (a < nargs) to entry it % ncycle of the buffers cycle[a]: the launches'
+// mean device time from profiling events (mv_events_us) in *event_us, and in
+// *chain_us the wall time a launch takes in the same chain without events
+// (what one costs back to back).
+static inline void mv_time(cl_command_queue q, cl_kernel k, size_t global, size_t local, int iters,
+                           int nargs, const cl_uint *arg, cl_mem *const *cycle, int ncycle,
+                           double *event_us, double *chain_us) {
+    cl_event *ev = malloc(sizeof(cl_event) * iters);
+    for (int it = 0; it < iters; ++it) {
+        for (int a = 0; a < nargs; ++a) clSetKernelArg(k, arg[a], sizeof(cl_mem), &cycle[a][it % ncycle]);
+        clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev[it]);
+    }
+    clFinish(q);
+    *event_us = mv_events_us(ev, iters);
+    free(ev);
+    const double c0 = mv_now_us();
+    for (int it = 0; it < iters; ++it) {
+        for (int a = 0; a < nargs; ++a) clSetKernelArg(k, arg[a], sizeof(cl_mem), &cycle[a][it % ncycle]);
+        clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    }
+    clFinish(q);
+    *chain_us = (mv_now_us() - c0) / iters;
+}
+
 static uint16_t f2h(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
