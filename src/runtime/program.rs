@@ -139,17 +139,18 @@ pub fn build_source_with(
     let config = crate::config::get();
     let (unroll_q4_0, unroll) = config.mv_unrolls();
     let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}");
-    // The tile shape only for its program, so that sweeping it leaves the
-    // other programs' cached binaries (keyed by options) valid.
-    let tile = match name {
+    // Settings of one program (the mma tile's shape, the GLU's warps) only
+    // for that program, so that sweeping one leaves the other programs'
+    // cached binaries (keyed by options) valid.
+    let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
         "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
         _ => String::new(),
     };
     let options = if device.nvidia_ptx() {
-        format!("{BUILD_OPTIONS} {unrolls} {tile} -DPOLYCL_NVIDIA=1 {extra}")
+        format!("{BUILD_OPTIONS} {unrolls} {own} -DPOLYCL_NVIDIA=1 {extra}")
     } else {
-        format!("{BUILD_OPTIONS} {unrolls} {tile} {extra}")
+        format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
     };
     if let Some(cached) = super::binary_cache::load(device, source, &options) {
         return Ok(cached);
