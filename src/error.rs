@@ -8,6 +8,15 @@ pub enum Error {
     NoDevice(String),
     /// An OpenCL call failed (call name, status code).
     OpenCl(&'static str, i32),
+    /// A kernel launch with a fixed work-group width failed at enqueue: the
+    /// kernel, the width asked, what the driver reports for this kernel
+    /// (CL_KERNEL_WORK_GROUP_SIZE) and the status.
+    Launch {
+        kernel: String,
+        work_group: usize,
+        kernel_limit: Option<usize>,
+        status: i32,
+    },
     /// A kernel program failed to build; carries the compiler's log.
     Build { program: String, log: String },
     /// The device refused an allocation.
@@ -35,6 +44,23 @@ impl fmt::Display for Error {
         match self {
             Error::NoDevice(s) => write!(f, "no usable OpenCL device: {s}"),
             Error::OpenCl(call, code) => write!(f, "OpenCL {call} failed with status {code}"),
+            Error::Launch {
+                kernel,
+                work_group,
+                kernel_limit,
+                status,
+            } => {
+                write!(
+                    f,
+                    "OpenCL clEnqueueNDRangeKernel of {kernel} at {work_group} work-items a group failed with status {status}"
+                )?;
+                match kernel_limit {
+                    Some(l) if l < work_group => {
+                        write!(f, "; the driver reports at most {l} for this kernel")
+                    }
+                    _ => Ok(()),
+                }
+            }
             Error::Build { program, log } => {
                 write!(f, "OpenCL program '{program}' failed to build:\n{log}")
             }

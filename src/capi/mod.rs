@@ -49,7 +49,7 @@ pub(crate) fn status_of(e: &Error) -> PolyclStatus {
         Error::Unsupported(_) => PolyclStatus::Unsupported,
         Error::NoDevice(_) => PolyclStatus::NoDevice,
         Error::OutOfMemory { .. } => PolyclStatus::OutOfMemory,
-        Error::OpenCl(..) | Error::Build { .. } => PolyclStatus::DeviceError,
+        Error::OpenCl(..) | Error::Launch { .. } | Error::Build { .. } => PolyclStatus::DeviceError,
         Error::Panic(_) => PolyclStatus::Internal,
     }
 }

@@ -205,6 +205,20 @@ impl Launch {
         self.global[..self.dims as usize].contains(&0)
     }
 
+    /// A failed enqueue of a fixed-width launch, named: the driver may
+    /// refuse a width that the device's limit allows (plan/lower.rs `grid`).
+    fn refused(&self, device: &Device, e: Error) -> Error {
+        match (e, self.local) {
+            (Error::OpenCl(_, status), Some(l)) => Error::Launch {
+                kernel: self.kernel.function_name().unwrap_or_default(),
+                work_group: l[..self.dims as usize].iter().product(),
+                kernel_limit: self.kernel.get_work_group_size(device.cl.id()).ok(),
+                status,
+            },
+            (e, _) => e,
+        }
+    }
+
     fn enqueue_once(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
         if self.is_empty() {
             return Ok(None);
@@ -229,7 +243,8 @@ impl Launch {
                     local,
                 )
             }
-            .map(|_| None);
+            .map(|_| None)
+            .map_err(|e| self.refused(device, e));
         }
         // SAFETY: as above.
         let ev = unsafe {
@@ -244,7 +259,9 @@ impl Launch {
                 std::ptr::null(),
             )
         };
-        let e = Event::new(ev.map_err(|s| Error::OpenCl("clEnqueueNDRangeKernel", s))?);
+        let e = Event::new(
+            ev.map_err(|s| self.refused(device, Error::OpenCl("clEnqueueNDRangeKernel", s)))?,
+        );
         if timed {
             return Ok(Some(e));
         }
