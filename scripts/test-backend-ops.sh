@@ -41,11 +41,14 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     # split kernel allows (POLYCL_FA_GROUPS=1), so every head of up to 256
     # positions is one chunk and takes the path without the merge's counter.
     [[ $kind == onechunk ]] && filter=(-p "nb=1,")
-    # The mma runs must reach the tensor-core kernels, not only pass through
+    # The mma and fast runs must reach their kernels, not only pass through
     # their fallbacks: the plan log (POLYCL_LOG) names every launch.
     case $run in
       MUL_MAT:mma) want="kernel_mul_mm_mma_q4_0 kernel_mul_mm_mma_q8_0 kernel_mul_mm_mma_q4_k kernel_mul_mm_mma_q6_k" ;;
       FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128 kernel_fa_gqa_d64 kernel_fa_gqa_d128" ;;
+      # Caches of up to 256 positions (POLYCL_FA_SHORT_KV) take the short kernel, longer ones the
+      # vector kernels.
+      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_vec_d64 kernel_fa_vec_d128" ;;
       *) want="" ;;
     esac
     log=$(mktemp); rc=0

@@ -19,6 +19,9 @@
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
+//! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that the short-cache kernel takes (`kernel_fa_short_*`, 512 wide, whose launch the O projection after it can share), where it applies; default 256 (llama's shortest padded cache), 0: never |
+//! | `POLYCL_ATTN_O` | `0` or `1` | `1` (default): a decode step's short-cache attention and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0`: two launches |
+//! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
@@ -61,6 +64,12 @@ pub struct Config {
     pub glu_warps: u32,
     /// Shortest cache of the GQA decode attention kernel (`POLYCL_FA_GQA_MIN_KV`).
     pub fa_gqa_min_kv: u32,
+    /// Longest cache of the short decode attention kernel (`POLYCL_FA_SHORT_KV`).
+    pub fa_short_kv: u32,
+    /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default on).
+    pub attn_o: bool,
+    /// Register cap of those kernels on NVIDIA (`POLYCL_ATTN_O_MAXRREG`).
+    pub attn_o_maxrreg: Option<u32>,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
     pub mma_tile: MmaTile,
     /// How small tensor writes are enqueued (`POLYCL_WRITE`).
@@ -239,6 +248,9 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_groups: 256,
         glu_warps: 8,
         fa_gqa_min_kv: 512,
+        fa_short_kv: 256,
+        attn_o: true,
+        attn_o_maxrreg: None,
         step_groups_per_cu: 4,
         step_max_mb: 8,
         ..Default::default()
@@ -408,6 +420,31 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if n <= i32::MAX as u32 => c.fa_gqa_min_kv = n,
             _ => c.problems.push(format!(
                 "POLYCL_FA_GQA_MIN_KV={v:?}: expected an integer from 0 to 2147483647; using 512"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FA_SHORT_KV") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= i32::MAX as u32 => c.fa_short_kv = n,
+            _ => c.problems.push(format!(
+                "POLYCL_FA_SHORT_KV={v:?}: expected an integer from 0 to 2147483647; using 256"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_ATTN_O") {
+        match v.trim() {
+            "0" => c.attn_o = false,
+            "1" => c.attn_o = true,
+            _ => c
+                .problems
+                .push(format!("POLYCL_ATTN_O={v:?}: expected 0 or 1; using 1")),
+        }
+    }
+    if let Some(v) = get("POLYCL_ATTN_O_MAXRREG") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if (32..=128).contains(&n) => c.attn_o_maxrreg = Some(n),
+            _ => c.problems.push(format!(
+                "POLYCL_ATTN_O_MAXRREG={v:?}: expected an integer from 32 to 128; no cap"
             )),
         }
     }
@@ -640,6 +677,42 @@ mod tests {
             );
         }
         assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+    }
+
+    #[test]
+    fn attention_and_o_settings() {
+        let c = with(&[]);
+        assert_eq!(
+            (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
+            (256, true, None)
+        );
+        let c = with(&[
+            ("POLYCL_FA_SHORT_KV", "0"),
+            ("POLYCL_ATTN_O", "0"),
+            ("POLYCL_ATTN_O_MAXRREG", "64"),
+        ]);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert_eq!(
+            (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
+            (0, false, Some(64))
+        );
+        let c = with(&[
+            ("POLYCL_FA_SHORT_KV", "-1"),
+            ("POLYCL_ATTN_O", "on"),
+            ("POLYCL_ATTN_O_MAXRREG", "255"),
+        ]);
+        assert_eq!(c.problems.len(), 3);
+        for v in ["FA_SHORT_KV", "ATTN_O=", "MAXRREG"] {
+            assert!(
+                c.problems.iter().any(|p| p.contains(v)),
+                "{v}: {:?}",
+                c.problems
+            );
+        }
+        assert_eq!(
+            (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
+            (256, true, None)
+        );
     }
 
     #[test]

@@ -198,8 +198,18 @@ pub fn lower_split(
     let cnt_off = align(b.mm.scratch_bytes() as u64);
     let part_off = cnt_off + counters;
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
-    let gqa = gqa_applies(b, fa, [tq, tk, tv]);
-    let chunk_len = gqa.map_or_else(|| chunk(tq, tk), |r| gqa_chunk(tq, tk, r));
+    let short = short_kernel(b, tk, tv, &k, &v);
+    let gqa = match short {
+        Some(_) => None,
+        None => gqa_applies(b, fa, [tq, tk, tv]),
+    };
+    let chunk_len = match (gqa, short) {
+        (Some(r), _) => gqa_chunk(tq, tk, r),
+        (None, Some((_, step_keys))) => {
+            chunk_for(tk, (tq.ne[1] * tq.ne[2] * tq.ne[3]).max(1), step_keys)
+        }
+        (None, None) => chunk(tq, tk),
+    };
     let n_chunks = chunk_count(tk, chunk_len);
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
         return Ok(false);
@@ -225,7 +235,10 @@ pub fn lower_split(
         let kv_heads = (k.ne[2] * q.ne[3]) as usize;
         ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
     } else {
-        let (name, wg) = split_kernel(tk, tv, &k, &v);
+        let (name, wg) = match short {
+            Some((name, _)) => (name, FS_WG),
+            None => split_kernel(tk, tv, &k, &v),
+        };
         (
             "fa_split",
             name,
@@ -256,6 +269,42 @@ pub fn lower_split(
         },
     )?);
     Ok(true)
+}
+
+/// Work-items of `kernel_fa_short_*` (FS_WG) and keys a warp takes a step
+/// (FS_KPW).
+const FS_WG: usize = 512;
+const FS_KPW: i64 = 4;
+
+/// The short-cache kernel (`kernel_fa_short_*`, fa_split.cl) and the keys
+/// one step of its whole group takes (its shortest chunk), where it takes
+/// the node: K/V as the vector kernels read them, head sizes up to 128, a
+/// cache of at most `POLYCL_FA_SHORT_KV` positions, and work-groups of 512
+/// on the device. At such caches a chunk is one step, with no second set of
+/// rows in flight, which keeps it at MulMatAddNorm's registers and width,
+/// so the O projection after it can share its launch (plan/attn_o.rs).
+fn short_kernel(
+    b: &Binder,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> Option<(&'static str, i64)> {
+    let ok = vec_applies(tk, tv, k, v)
+        && k.ne[0] <= 128
+        && v.ne[0] <= 128
+        && tk.ne[1] <= config::get().fa_short_kv as i64
+        && b.device.max_work_group >= FS_WG
+        // The step kernel runs the vector kernel as a phase, not this one.
+        && !crate::runtime::step::wanted();
+    // A key a warp, or a half-warp at head sizes up to 64 (as the vector
+    // kernels).
+    let (name, lanes) = if k.ne[0] <= 64 && v.ne[0] <= 64 {
+        ("kernel_fa_short_d64", 16)
+    } else {
+        ("kernel_fa_short_d128", 32)
+    };
+    ok.then_some((name, FS_WG as i64 / lanes * FS_KPW))
 }
 
 /// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.

@@ -1,6 +1,7 @@
 //! Plans: IR lowered to kernel launches with arguments bound once, for one
 //! device; cached by graph fingerprint so a decode step is a run of enqueues.
 
+pub mod attn_o;
 pub mod cache;
 pub mod flash_attn;
 pub mod fused_matmul;
@@ -35,9 +36,26 @@ pub struct Plan {
     pub free_epoch: u64,
     /// Q8_1 cache slots and the peer work of row-split matmuls.
     pub mm: mul_mat::MatmulState,
-    /// Runs of launches that one step-kernel launch replaces: for each
-    /// launch index, the batch starting there (runtime/step.rs).
-    pub steps: std::collections::HashMap<usize, (usize, crate::runtime::step::Batch)>,
+    /// Runs of launches that one launch replaces: for each launch index, the
+    /// end of the run starting there and what runs it.
+    pub merged: std::collections::HashMap<usize, (usize, Merged)>,
+}
+
+/// One launch in place of a run of a plan's launches.
+pub enum Merged {
+    /// The step kernel (runtime/step.rs).
+    Step(crate::runtime::step::Batch),
+    /// An attention launch and the O projection's (attn_o.rs).
+    AttnO(attn_o::Pair),
+}
+
+impl Merged {
+    pub fn launch(&self) -> &Launch {
+        match self {
+            Merged::Step(b) => &b.launch,
+            Merged::AttnO(p) => &p.launch,
+        }
+    }
 }
 
 /// Operand resolution while lowering.
@@ -189,17 +207,21 @@ impl Plan {
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
-        let steps = if crate::runtime::step::wanted() {
+        // The step kernel takes runs of launches that a pair would split.
+        let merged = if crate::runtime::step::wanted() {
             crate::runtime::step::batches(device, &launches, |i| binder.mm.plain(i))?
                 .into_iter()
-                .map(|(start, end, batch)| (start, (end, batch)))
+                .map(|(start, end, batch)| (start, (end, Merged::Step(batch))))
                 .collect()
         } else {
-            Default::default()
+            attn_o::pairs(device, &launches, |i| binder.mm.plain(i))?
+                .into_iter()
+                .map(|(start, pair)| (start, (start + 2, Merged::AttnO(pair))))
+                .collect()
         };
         LIVE_PLANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Plan {
-            steps,
+            merged,
             device: device.clone(),
             launches,
             buffers: binder.buffers.into_values().collect(),
@@ -234,9 +256,9 @@ impl Plan {
                 h.enqueue(&self.device)?;
             }
             let run = self.mm.before(&self.device, i, l, &mut s)?;
-            if let Some((end, batch)) = self.steps.get(&i) {
+            if let Some((end, m)) = self.merged.get(&i) {
                 // Plain launches (MatmulState::plain): `run` is true for each.
-                batch.launch.enqueue(&self.device)?;
+                m.launch().enqueue(&self.device)?;
                 step_end = *end;
                 self.device.flush()?;
                 since_flush = 0;
@@ -291,14 +313,14 @@ impl Plan {
             .all(|b| DeviceBuffer::by_base(b.base).is_some())
     }
 
-    /// The kernels a run enqueues, in order (a step batch is one
-    /// kernel_step); Q8_1 cache hits may skip some quantize kernels.
+    /// The kernels a run enqueues, in order (a merged run is its one
+    /// kernel); Q8_1 cache hits may skip some quantize kernels.
     pub fn kernel_names(&self) -> Vec<String> {
         let mut names = Vec::new();
         let mut i = 0;
         while i < self.launches.len() {
-            if let Some((end, _)) = self.steps.get(&i) {
-                names.push("kernel_step".to_string());
+            if let Some((end, m)) = self.merged.get(&i) {
+                names.push(m.launch().kernel.function_name().unwrap_or_default());
                 i = *end;
             } else {
                 names.push(self.launches[i].kernel.function_name().unwrap_or_default());

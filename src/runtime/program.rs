@@ -67,6 +67,18 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "fused_norm",
         &[COMMON, include_str!("kernels/fused_norm.cl")],
     ),
+    // Built in step mode: its kernels call the packed bodies as functions.
+    (
+        "attn_o",
+        &[
+            "#define POLYCL_STEP 1",
+            COMMON,
+            include_str!("kernels/mul_mv.cl"),
+            include_str!("kernels/mul_mv_norm.cl"),
+            include_str!("kernels/fa_split.cl"),
+            include_str!("kernels/attn_o.cl"),
+        ],
+    ),
     (
         "rope_store",
         &[COMMON, include_str!("kernels/rope_store.cl")],
@@ -114,6 +126,8 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_vec",
     "kernel_fa_vec_d128",
     "kernel_fa_vec_d64",
+    "kernel_fa_short_d128",
+    "kernel_fa_short_d64",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
 ];
@@ -139,12 +153,17 @@ pub fn build_source_with(
     let config = crate::config::get();
     let (unroll_q4_0, unroll) = config.mv_unrolls();
     let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}");
-    // Settings of one program (the mma tile's shape, the GLU's warps) only
-    // for that program, so that sweeping one leaves the other programs'
-    // cached binaries (keyed by options) valid.
+    // Settings of one program (the mma tile's shape, the GLU's warps, the
+    // attention + O kernels' register cap) only for that program, so that
+    // sweeping one leaves the other programs' cached binaries (keyed by
+    // options) valid.
     let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
         "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
+        "attn_o" => match config.attn_o_maxrreg {
+            Some(r) if device.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
+            _ => String::new(),
+        },
         _ => String::new(),
     };
     let options = if device.nvidia_ptx() {

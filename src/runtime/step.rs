@@ -307,7 +307,8 @@ impl Batch {
     }
 }
 
-fn upload<T>(device: &Device, data: &mut [T]) -> Result<Buffer<T>> {
+/// A device buffer holding a copy of `data` (at least one element).
+pub(crate) fn upload<T>(device: &Device, data: &mut [T]) -> Result<Buffer<T>> {
     // SAFETY: `data` is a live host slice, copied by OpenCL before create
     // returns (CL_MEM_COPY_HOST_PTR).
     unsafe {

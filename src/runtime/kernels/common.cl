@@ -235,13 +235,14 @@ inline float warp_max(float v, __local float *scratch) {
 // Eight sums at once, each round's shuffles back to back: volatile asm keeps
 // its order, so eight warp_sum calls in a row wait out each other's five
 // dependent shuffles.
-// The same over each aligned run of `width` lanes (a power of two up to 32;
-// a butterfly with offsets below `width` stays inside its run).
-inline void lanes_sum8(float *v, __local float *scratch, const int width) {
+// lanes_sum_n: n sums (n a constant at every call) over each aligned run of
+// `width` lanes (a power of two up to 32; a butterfly with offsets below
+// `width` stays inside its run).
+inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int width) {
     (void)scratch;
     for (int m = width / 2; m >= 1; m >>= 1) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < n; ++j) {
             float o;
             asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
             v[j] += o;
@@ -249,7 +250,7 @@ inline void lanes_sum8(float *v, __local float *scratch, const int width) {
     }
 }
 inline void warp_sum8(float *v, __local float *scratch) {
-    lanes_sum8(v, scratch, 32);
+    lanes_sum_n(v, 8, scratch, 32);
 }
 #else
 // The sum over each aligned run of `width` lanes of the group, `scratch`
@@ -281,10 +282,10 @@ inline float warp_max(float v, __local float *scratch) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 }
-inline void lanes_sum8(float *v, __local float *scratch, const int width) {
-    for (int j = 0; j < 8; ++j) v[j] = lanes_sum(v[j], scratch, width);
+inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int width) {
+    for (int j = 0; j < n; ++j) v[j] = lanes_sum(v[j], scratch, width);
 }
 inline void warp_sum8(float *v, __local float *scratch) {
-    lanes_sum8(v, scratch, 32);
+    lanes_sum_n(v, 8, scratch, 32);
 }
 #endif

@@ -333,18 +333,15 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
 // rows, D <= 256 and D % 4 == 0; a chunk may be any length.
 #define FV_WARPS 4
 #define FV_WG (FV_WARPS * 32)
-#define FV_KB 8 // warp_sum8 reduces a step's scores
+#define FV_KB 8 // the most keys a warp a step (lanes_sum_n reduces their scores)
 #define FV_SLOTS (FA_MAX_D / 128)
-// The most virtual warps (runs of lanes that share a key) of a group: 16-lane
-// runs for head sizes up to 64.
-#define FV_MAX_VW (FV_WG / 16)
 
 // Four halves as floats, from the 8 bytes that hold them.
 inline float4 fv_half4(uint2 u) {
     return vload_half4(0, (const __private half *)&u);
 }
 
-// A step's loads for warp `warp`: keys t0 + warp * FV_KB .. + FV_KB - 1 of
+// A step's loads for warp `warp`: keys t0 + warp * kpw .. + kpw - 1 of
 // the chunk (past its end: its last row again, in bounds, dropped later),
 // their mask values and their K and V rows as raw halves, `slots` 8-byte
 // words a lane. `kr0`, `vr0` and `mr0` are the chunk's first K row, V row and
@@ -354,11 +351,11 @@ inline float4 fv_half4(uint2 u) {
 inline void fv_load_step(const __global char *kr0, const __global char *vr0,
                          const __global char *mr0, uint ks, uint vs, uint ms, int has_mask, int nk,
                          int t0, int warp, int lane, int DK, int DV, const int slots,
-                         const int lpk, float *mvs, uint2 kraw[FV_KB][FV_SLOTS],
+                         const int lpk, const int kpw, float *mvs, uint2 kraw[FV_KB][FV_SLOTS],
                          uint2 vraw[FV_KB][FV_SLOTS]) {
 #pragma unroll
-    for (int kb = 0; kb < FV_KB; ++kb) {
-        const uint j = (uint)min(t0 + warp * FV_KB + kb, nk - 1);
+    for (int kb = 0; kb < kpw; ++kb) {
+        const uint j = (uint)min(t0 + warp * kpw + kb, nk - 1);
         mvs[kb] = has_mask ? load_f16(mr0 + (ulong)j * ms) : 0.0f;
         const __global char *kr = kr0 + (ulong)j * ks;
         const __global char *vr = vr0 + (ulong)j * vs;
@@ -378,19 +375,22 @@ inline void fv_load_step(const __global char *kr0, const __global char *vr0,
 // issued one step ahead, before the previous step's scores and sums, so a
 // chunk of n steps waits out about one round trip instead of n (long caches,
 // docs/perf.md step 38; a short cache is one step a group, which this does
-// not change).
+// not change). `wg` work-items a group, `kpw` keys a (virtual) warp a step
+// (at most FV_KB) and `dmax` floats of `accs` a warp: FV_WG, FV_KB and
+// FA_MAX_D, or the short-cache shape (FS_* below).
 inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
                         __global float *part, ulong part_off, __global uint *cnt, ulong cnt_off,
                         int chunk, int n_chunks, int c, float scale, float softcap, float slope,
                         long iq, long h, long hk, long z, long DK, long DV, long n_kv, long row,
                         TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
-                        const int slots, const int prefetch, const int lpk, __local float *red,
+                        const int slots, const int prefetch, const int lpk, const int wg,
+                        const int kpw, const int dmax, __local float *red,
                         __local float *wstate, __local float *accs, __local int *last) {
     const int l = get_local_id(0);
     // A run of `lpk` lanes (a virtual warp: 32, or 16 for head sizes up to
     // 64, so no lane idles) owns a key; lane i of it holds dims 4i..4i+3
     // (+4 lpk per slot).
-    const int lane = l % lpk, warp = l / lpk, nvw = FV_WG / lpk;
+    const int lane = l % lpk, warp = l / lpk, nvw = wg / lpk;
     __local float *wred = red + warp * lpk;
 
     float4 qv[FV_SLOTS];
@@ -412,7 +412,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     const __global char *mr0 = has_mask ? AT(mask, kv0, iq, h % mask_ne.s2, z % mask_ne.s3) : kr0;
     const uint ks = (uint)k_nb.s1, vs = (uint)v_nb.s1, ms = (uint)mask_nb.s0;
 
-    // Warp w takes keys t0 + w*FV_KB .. +FV_KB-1 of each step, loaded
+    // Warp w takes keys t0 + w*kpw .. +kpw-1 of each step, loaded
     // together (fv_load_step), with its own online softmax state. Every
     // work-item runs the same steps (warp_sum8 holds group barriers off
     // NVIDIA).
@@ -424,30 +424,30 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     uint2 kraw[FV_KB][FV_SLOTS], vraw[FV_KB][FV_SLOTS];
     if (prefetch)
         fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, 0, warp, lane, dk, dv, slots, lpk,
-                     mvs, kraw, vraw);
-    for (int t0 = 0; t0 < nk; t0 += nvw * FV_KB) {
+                     kpw, mvs, kraw, vraw);
+    for (int t0 = 0; t0 < nk; t0 += nvw * kpw) {
         float mvn[FV_KB];
         uint2 kn[FV_KB][FV_SLOTS], vn[FV_KB][FV_SLOTS];
         if (!prefetch)
             fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, t0, warp, lane, dk, dv, slots,
-                         lpk, mvs, kraw, vraw);
-        else if (t0 + nvw * FV_KB < nk) // uniform over the group
-            fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, t0 + nvw * FV_KB, warp, lane,
-                         dk, dv, slots, lpk, mvn, kn, vn);
+                         lpk, kpw, mvs, kraw, vraw);
+        else if (t0 + nvw * kpw < nk) // uniform over the group
+            fv_load_step(kr0, vr0, mr0, ks, vs, ms, has_mask, nk, t0 + nvw * kpw, warp, lane,
+                         dk, dv, slots, lpk, kpw, mvn, kn, vn);
         float dots[FV_KB];
 #pragma unroll
-        for (int kb = 0; kb < FV_KB; ++kb) {
+        for (int kb = 0; kb < kpw; ++kb) {
             float a = 0.0f;
 #pragma unroll
             for (int i = 0; i < slots; ++i) a += dot(qv[i], fv_half4(kraw[kb][i]));
             dots[kb] = a;
         }
-        lanes_sum8(dots, wred, lpk);
+        lanes_sum_n(dots, kpw, wred, lpk);
         float sc[FV_KB];
         float mstep = -INFINITY;
 #pragma unroll
-        for (int kb = 0; kb < FV_KB; ++kb) {
-            const int j = t0 + warp * FV_KB + kb;
+        for (int kb = 0; kb < kpw; ++kb) {
+            const int j = t0 + warp * kpw + kb;
             const float mv = mvs[kb];
             float s = dots[kb] * scale;
             if (softcap != 0.0f) s = softcap * tanh(s);
@@ -462,7 +462,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
 #pragma unroll
             for (int i = 0; i < slots; ++i) acc[i] *= f;
 #pragma unroll
-            for (int kb = 0; kb < FV_KB; ++kb) {
+            for (int kb = 0; kb < kpw; ++kb) {
                 const float p = sc[kb] == -INFINITY ? 0.0f : exp(sc[kb] - Mn);
                 Sw += p;
 #pragma unroll
@@ -475,9 +475,9 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
             }
             Mw = Mn;
         }
-        if (prefetch && t0 + nvw * FV_KB < nk) {
+        if (prefetch && t0 + nvw * kpw < nk) {
 #pragma unroll
-            for (int kb = 0; kb < FV_KB; ++kb) {
+            for (int kb = 0; kb < kpw; ++kb) {
                 mvs[kb] = mvn[kb];
 #pragma unroll
                 for (int i = 0; i < slots; ++i) {
@@ -494,45 +494,47 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
 #pragma unroll
     for (int i = 0; i < slots; ++i) {
         const long d = 4 * lane + 4 * lpk * i;
-        if (d < DV) vstore4(acc[i], 0, accs + warp * FA_MAX_D + d);
+        if (d < DV) vstore4(acc[i], 0, accs + warp * dmax + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // The chunk's state: the warps' merged, each scaled to the largest M.
+    // A warp's factor is made where it is used, not kept in an array: the
+    // short shape has 32 virtual warps.
     float M = -INFINITY;
     for (int w = 0; w < nvw; ++w) M = fmax(M, wstate[2 * w]);
-    float fw[FV_MAX_VW];
     float S = 0.0f;
-    for (int w = 0; w < nvw; ++w) {
-        fw[w] = wstate[2 * w] == -INFINITY ? 0.0f : exp(wstate[2 * w] - M);
-        S += wstate[2 * w + 1] * fw[w];
-    }
+    for (int w = 0; w < nvw; ++w)
+        S += wstate[2 * w] == -INFINITY ? 0.0f : wstate[2 * w + 1] * exp(wstate[2 * w] - M);
     __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
-    for (long d = l; d < DV; d += FV_WG) {
+    for (long d = l; d < DV; d += wg) {
         float a = 0.0f;
-        for (int w = 0; w < nvw; ++w) a += fw[w] == 0.0f ? 0.0f : accs[w * FA_MAX_D + d] * fw[w];
+        for (int w = 0; w < nvw; ++w)
+            a += wstate[2 * w] == -INFINITY ? 0.0f : accs[w * dmax + d] * exp(wstate[2 * w] - M);
         o[d] = a;
     }
     // accs[0..DV) is read above by other work-items: the barrier inside the
     // helper comes before it writes `outs`.
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2, q_ne.s1,
-                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, FV_WG);
+                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, wg);
 }
 
-#define FV_KERNEL(NAME, SLOTS, PREFETCH, LPK)                                               \
+#define FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, WG, KPW, DMAX)                         \
 kernel void NAME(FA_SPLIT_ARGS) {                                                           \
     FA_SPLIT_PARAMS                                                                         \
-    LOCAL_ARRAY(float, red, FV_WG);                                                         \
-    LOCAL_ARRAY(float, wstate, 2 * (FV_WG / (LPK)));                                        \
-    LOCAL_ARRAY(float, accs, (FV_WG / (LPK)) * FA_MAX_D);                                   \
+    LOCAL_ARRAY(float, red, WG);                                                            \
+    LOCAL_ARRAY(float, wstate, 2 * ((WG) / (LPK)));                                         \
+    LOCAL_ARRAY(float, accs, ((WG) / (LPK)) * (DMAX));                                      \
     LOCAL_ARRAY(int, last, 1);                                                              \
     (void)l;                                                                                \
     fa_vec_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,     \
                 mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,  \
                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DK, DV, n_kv, row, dst,   \
-                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, LPK, red,     \
-                wstate, accs, last);                                                        \
+                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, LPK, WG, KPW, \
+                DMAX, red, wstate, accs, last);                                             \
 }
+#define FV_KERNEL(NAME, SLOTS, PREFETCH, LPK)                                               \
+    FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, FV_WG, FV_KB, FA_MAX_D)
 
 // Head sizes up to 256, and up to 128 (the host picks this one there). The
 // step program runs kernel_fa_vec for both (runtime/step.rs PHASE_ALIASES).
@@ -545,4 +547,19 @@ FV_KERNEL(kernel_fa_vec_d128, 1, 1, 32)
 // Head sizes up to 64: a key a 16-lane run, so a warp takes two keys at once
 // and no lane idles (with 32 lanes a key, lanes 16-31 held nothing).
 FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
+#endif
+
+// Short caches (plan/flash_attn.rs `short_applies`): the same body 512 wide
+// (16 warps) at 4 keys a warp a step and without the prefetch, so a chunk of
+// 64 keys (128 at head sizes up to 64) is one step of the whole group and
+// the kernel fits the registers and width of MulMatAddNorm, whose launch it
+// can share (attn_o.cl). On the H200 such a body held 31-34 registers and
+// ran as fast as today's shape at 256 cached positions (docs/perf.md step
+// 45, scripts/probe/fa-short.c). Head sizes up to 128; grid {FS_WG, n_q *
+// n_chunks, n_head * ne3}.
+#define FS_WG 512
+#define FS_KPW 4
+#ifndef FA_HELPERS_ONLY
+FV_KERNEL_SHAPED(kernel_fa_short_d128, 1, 0, 32, FS_WG, FS_KPW, 128)
+FV_KERNEL_SHAPED(kernel_fa_short_d64, 1, 0, 16, FS_WG, FS_KPW, 64)
 #endif

@@ -7,7 +7,8 @@
 // MV2_KERNEL) and writes o and sum for them, the Q8_1 block of sum * nw * c
 // (c in place of the norm's 1/rms, which needs the whole row) into the cache
 // slot the next matmuls read, and its share of the sum of squares, one
-// float at ss[group]; group 0 writes c after the shares. Those matmuls
+// float at ss[group]; group 0 writes c after the shares (at rows / 32, not
+// get_num_groups: the body also runs as a phase of attn_o.cl's launch). Those matmuls
 // (MV_NORM_ARG in mul_mv.cl) add the shares up and multiply their dot
 // products by 1/(rms * c): the Q8_1 block of y * k has the codes of y's
 // block and its scale times k, so the product is the same up to rounding.
@@ -83,7 +84,7 @@ kernel void NAME(PCTENSOR(w), __global const char *act, PCTENSOR(res), PTENSOR(o
     if (lid == 0) {                                                                         \
         __global float *shares = (__global float *)(ss + ss_off);                           \
         shares[get_group_id(0)] = share;                                                    \
-        if (get_group_id(0) == 0) shares[get_num_groups(0)] = c;                            \
+        if (get_group_id(0) == 0) shares[w_ne.s1 / (2 * MVN_WARPS)] = c;                    \
     }                                                                                       \
     if (lid == MV_LANES) store_q8_1_block(ly, q8 + q8_off + get_group_id(0) * Q8_1_BLOCK);  \
 }

@@ -1,0 +1,148 @@
+//! The decode attention and the O projection after it as one launch, by
+//! ticket (`kernels/attn_o.cl`): where a plan's short-cache attention launch
+//! (`kernel_fa_short_*`, plan/flash_attn.rs) is followed by the
+//! MulMatAddNorm launch that reads its Q8_1 copy (llama's O projection with
+//! the residual add and the FFN norm), one launch of the pair kernel runs
+//! both, the attention's work-groups first. Both launches stay bound in the
+//! plan as they are: the pair kernel reads their packed scalars and takes
+//! their buffers, so a pair is only a different way to enqueue them. The host
+//! of a 1B model is its bound at ~113 launches a token (docs/perf.md step 38);
+//! this takes one a layer away, and with it one launch's drain and ramp on
+//! the GPU.
+//!
+//! Checked here, from the two launches themselves: no host work between them
+//! (`plain`), the kernel names, the widths both kernels are written for, and
+//! that the projection's activation is the attention's Q8_1 copy (same memory
+//! object and offset, written: has_q8).
+
+use crate::config;
+use crate::error::{ClContext, Result};
+use crate::passes::fuse::matmul_norm::WORK_GROUP as MVN_WG;
+use crate::runtime::executor::{Launch, Packed};
+use crate::runtime::{program, Device};
+use opencl3::memory::{Buffer, ClMem};
+
+/// Work-items a group of both bodies (AO_WG; FS_WG, MVN_WG).
+const WG: usize = 512;
+/// Buffer arguments of the attention kernels (FA_SPLIT_ARGS) and of
+/// MulMatAddNorm (MV_NORM_KERNEL).
+const FA_MEMS: usize = 8;
+const MVN_MEMS: usize = 8;
+/// Slot of MulMatAddNorm's activation offset: after w's tensor (9 slots).
+const MVN_ACT_SLOT: usize = 9;
+
+/// A pair's launch and its ticket counters (tk in attn_o.cl).
+pub struct Pair {
+    pub launch: Launch,
+    _tickets: Buffer<i32>,
+}
+
+/// Pairs of `launches`: (index of the attention launch, the pair), the
+/// projection being the launch after it. `plain(i)`: launch i needs no host
+/// work before it (MatmulState::plain).
+pub fn pairs(
+    device: &Device,
+    launches: &[Launch],
+    plain: impl Fn(usize) -> bool,
+) -> Result<Vec<(usize, Pair)>> {
+    let mut out = Vec::new();
+    if !config::get().attn_o {
+        return Ok(out);
+    }
+    let mut i = 0;
+    while i + 1 < launches.len() {
+        if plain(i) && plain(i + 1) {
+            if let Some(p) = pair(device, &launches[i], &launches[i + 1])? {
+                out.push((i, p));
+                i += 2;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// The kernels' names' suffixes (head size, quant type) where `fa` and `mvn`
+/// are a pair.
+fn suffixes(fa: &Launch, mvn: &Launch) -> Option<(String, String)> {
+    let fa_name = fa.kernel.function_name().ok()?;
+    let mvn_name = mvn.kernel.function_name().ok()?;
+    let d = fa_name.strip_prefix("kernel_fa_short_")?;
+    let q = mvn_name.strip_prefix("kernel_mul_mv_norm_")?;
+    let (pf, pm) = (fa.packed.as_ref()?, mvn.packed.as_ref()?);
+    let widths = fa.local == Some([WG, 1, 1]) && mvn.local == Some([MVN_WG, 1, 1]);
+    (widths && reads_q8(pf, pm)).then(|| (d.to_string(), q.to_string()))
+}
+
+/// Whether MulMatAddNorm's activation (`pm`) is the attention's Q8_1 copy
+/// (`pf`: FA_SPLIT_UNPACK ends with has_q8 and q8_off, and q8 is its last
+/// buffer).
+fn reads_q8(pf: &Packed, pm: &Packed) -> bool {
+    let n = pf.slots.len();
+    pf.mems.len() == FA_MEMS
+        && pm.mems.len() == MVN_MEMS
+        && n >= 2
+        && pm.slots.len() > MVN_ACT_SLOT
+        && pf.slots[n - 2] == 1
+        && pm.mems[1] == pf.mems[FA_MEMS - 1]
+        && pm.slots[MVN_ACT_SLOT] == pf.slots[n - 1]
+}
+
+fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
+    let Some((d, q)) = suffixes(fa, mvn) else {
+        return Ok(None);
+    };
+    let (Some(pf), Some(pm)) = (&fa.packed, &mvn.packed) else {
+        return Ok(None);
+    };
+    // Attention groups along y (query rows x chunks) and z (heads); the
+    // projection's along x.
+    let fa_gy = fa.global[1];
+    let fa_groups = fa.global[1] * fa.global[2];
+    let o_groups = mvn.global[0] / MVN_WG;
+    let small = |n: usize| i32::try_from(n).ok();
+    let (Some(gy), Some(ga), Some(go), Some(_)) = (
+        small(fa_gy),
+        small(fa_groups),
+        small(o_groups),
+        small(fa_groups + o_groups),
+    ) else {
+        return Ok(None);
+    };
+    if gy == 0 || ga == 0 || go == 0 {
+        return Ok(None);
+    }
+    let kernel = program::kernel(device, "attn_o", &format!("kernel_attn_o_{q}_{d}"))?;
+    let tickets = crate::runtime::step::upload(device, &mut [0i32; 4])?;
+    let mems = pf.mems.iter().chain(pm.mems.iter());
+    for (a, m) in mems.enumerate() {
+        // SAFETY: the first 16 parameters are buffers, in the order of the
+        // two kernels' own; the memory objects live with the plan, which
+        // keeps both launches.
+        unsafe { kernel.set_arg(a as u32, m) }.cl("clSetKernelArg")?;
+    }
+    let (pkf, pkm, tk) = (pf.params.get(), pm.params.get(), tickets.get());
+    // SAFETY: then three buffer pointers (the packed scalars, which live with
+    // the launches, and the tickets, which live with the pair) and three ints.
+    unsafe {
+        kernel.set_arg(16, &pkf).cl("clSetKernelArg")?;
+        kernel.set_arg(17, &pkm).cl("clSetKernelArg")?;
+        kernel.set_arg(18, &tk).cl("clSetKernelArg")?;
+        kernel.set_arg(19, &gy).cl("clSetKernelArg")?;
+        kernel.set_arg(20, &ga).cl("clSetKernelArg")?;
+        kernel.set_arg(21, &go).cl("clSetKernelArg")?;
+    }
+    Ok(Some(Pair {
+        launch: Launch {
+            kernel,
+            global: [(fa_groups + o_groups) * WG, 1, 1],
+            local: Some([WG, 1, 1]),
+            dims: 1,
+            // It runs a matmul: the counters count it as one.
+            kind: "mul_mat",
+            packed: None,
+        },
+        _tickets: tickets,
+    }))
+}
