@@ -19,8 +19,8 @@
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
-//! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that the short-cache kernel takes (`kernel_fa_short_*`, 512 wide, whose launch the O projection after it can share), where it applies; default 256 (llama's shortest padded cache), 0: never |
-//! | `POLYCL_ATTN_O` | `0` or `1` | `1` (default): a decode step's short-cache attention and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0`: two launches |
+//! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch costs the host more, docs/perf.md step 45) |
+//! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
@@ -66,7 +66,7 @@ pub struct Config {
     pub fa_gqa_min_kv: u32,
     /// Longest cache of the short decode attention kernel (`POLYCL_FA_SHORT_KV`).
     pub fa_short_kv: u32,
-    /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default on).
+    /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
     /// Register cap of those kernels on NVIDIA (`POLYCL_ATTN_O_MAXRREG`).
     pub attn_o_maxrreg: Option<u32>,
@@ -249,7 +249,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         glu_warps: 8,
         fa_gqa_min_kv: 512,
         fa_short_kv: 256,
-        attn_o: true,
+        attn_o: false,
         attn_o_maxrreg: None,
         step_groups_per_cu: 4,
         step_max_mb: 8,
@@ -437,7 +437,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             "1" => c.attn_o = true,
             _ => c
                 .problems
-                .push(format!("POLYCL_ATTN_O={v:?}: expected 0 or 1; using 1")),
+                .push(format!("POLYCL_ATTN_O={v:?}: expected 0 or 1; using 0")),
         }
     }
     if let Some(v) = get("POLYCL_ATTN_O_MAXRREG") {
@@ -684,17 +684,17 @@ mod tests {
         let c = with(&[]);
         assert_eq!(
             (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
-            (256, true, None)
+            (256, false, None)
         );
         let c = with(&[
             ("POLYCL_FA_SHORT_KV", "0"),
-            ("POLYCL_ATTN_O", "0"),
+            ("POLYCL_ATTN_O", "1"),
             ("POLYCL_ATTN_O_MAXRREG", "64"),
         ]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         assert_eq!(
             (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
-            (0, false, Some(64))
+            (0, true, Some(64))
         );
         let c = with(&[
             ("POLYCL_FA_SHORT_KV", "-1"),
@@ -711,7 +711,7 @@ mod tests {
         }
         assert_eq!(
             (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
-            (256, true, None)
+            (256, false, None)
         );
     }
 

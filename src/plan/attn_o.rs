@@ -8,7 +8,9 @@
 //! their buffers, so a pair is only a different way to enqueue them. The host
 //! of a 1B model is its bound at ~113 launches a token (docs/perf.md step 38);
 //! this takes one a layer away, and with it one launch's drain and ramp on
-//! the GPU.
+//! the GPU. Off by default (`POLYCL_ATTN_O`): on the H200 it measured no
+//! faster, the pair's launch costing the host more than the two it replaces
+//! (docs/perf.md step 45).
 //!
 //! Checked here, from the two launches themselves: no host work between them
 //! (`plain`), the kernel names, the widths both kernels are written for, and
@@ -63,16 +65,19 @@ pub fn pairs(
     Ok(out)
 }
 
-/// The kernels' names' suffixes (head size, quant type) where `fa` and `mvn`
-/// are a pair.
-fn suffixes(fa: &Launch, mvn: &Launch) -> Option<(String, String)> {
+/// The kernels' names' suffixes (head size, quant type) and packed
+/// scalars, where `fa` and `mvn` are a pair.
+fn matched<'a>(
+    fa: &'a Launch,
+    mvn: &'a Launch,
+) -> Option<(String, String, &'a Packed, &'a Packed)> {
     let fa_name = fa.kernel.function_name().ok()?;
     let mvn_name = mvn.kernel.function_name().ok()?;
     let d = fa_name.strip_prefix("kernel_fa_short_")?;
     let q = mvn_name.strip_prefix("kernel_mul_mv_norm_")?;
     let (pf, pm) = (fa.packed.as_ref()?, mvn.packed.as_ref()?);
     let widths = fa.local == Some([WG, 1, 1]) && mvn.local == Some([MVN_WG, 1, 1]);
-    (widths && reads_q8(pf, pm)).then(|| (d.to_string(), q.to_string()))
+    (widths && reads_q8(pf, pm)).then(|| (d.to_string(), q.to_string(), pf, pm))
 }
 
 /// Whether MulMatAddNorm's activation (`pm`) is the attention's Q8_1 copy
@@ -90,10 +95,7 @@ fn reads_q8(pf: &Packed, pm: &Packed) -> bool {
 }
 
 fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
-    let Some((d, q)) = suffixes(fa, mvn) else {
-        return Ok(None);
-    };
-    let (Some(pf), Some(pm)) = (&fa.packed, &mvn.packed) else {
+    let Some((d, q, pf, pm)) = matched(fa, mvn) else {
         return Ok(None);
     };
     // Attention groups along y (query rows x chunks) and z (heads); the

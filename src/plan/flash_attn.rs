@@ -278,11 +278,13 @@ const FS_KPW: i64 = 4;
 
 /// The short-cache kernel (`kernel_fa_short_*`, fa_split.cl) and the keys
 /// one step of its whole group takes (its shortest chunk), where it takes
-/// the node: K/V as the vector kernels read them, head sizes up to 128, a
-/// cache of at most `POLYCL_FA_SHORT_KV` positions, and work-groups of 512
-/// on the device. At such caches a chunk is one step, with no second set of
-/// rows in flight, which keeps it at MulMatAddNorm's registers and width,
-/// so the O projection after it can share its launch (plan/attn_o.rs).
+/// the node: the attention + O pair wanted (`POLYCL_ATTN_O`), K/V as the
+/// vector kernels read them, head sizes up to 128, a cache of at most
+/// `POLYCL_FA_SHORT_KV` positions, and work-groups of 512 on the device. At
+/// such caches a chunk is one step, with no second set of rows in flight,
+/// which keeps it at MulMatAddNorm's width, so the O projection after it
+/// can share its launch (plan/attn_o.rs). Alone it is no faster than the
+/// vector kernels (slower on the H200's 1B, docs/perf.md step 45).
 fn short_kernel(
     b: &Binder,
     tk: &TensorType,
@@ -290,10 +292,12 @@ fn short_kernel(
     k: &Operand,
     v: &Operand,
 ) -> Option<(&'static str, i64)> {
-    let ok = vec_applies(tk, tv, k, v)
+    let config = config::get();
+    let ok = config.attn_o
+        && vec_applies(tk, tv, k, v)
         && k.ne[0] <= 128
         && v.ne[0] <= 128
-        && tk.ne[1] <= config::get().fa_short_kv as i64
+        && tk.ne[1] <= config.fa_short_kv as i64
         && b.device.max_work_group >= FS_WG
         // The step kernel runs the vector kernel as a phase, not this one.
         && !crate::runtime::step::wanted();

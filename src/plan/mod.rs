@@ -256,15 +256,16 @@ impl Plan {
                 h.enqueue(&self.device)?;
             }
             let run = self.mm.before(&self.device, i, l, &mut s)?;
-            if let Some((end, m)) = self.merged.get(&i) {
+            let merged = self.merged.get(&i);
+            let (l, run) = match merged {
                 // Plain launches (MatmulState::plain): `run` is true for each.
-                m.launch().enqueue(&self.device)?;
-                step_end = *end;
-                self.device.flush()?;
-                since_flush = 0;
-                continue;
-            }
-            if run && i >= step_end {
+                Some((end, m)) => {
+                    step_end = *end;
+                    (m.launch(), true)
+                }
+                None => (l, run && i >= step_end),
+            };
+            if run {
                 if span.is_none() {
                     l.enqueue(&self.device)?;
                 } else if first.is_none() {
@@ -276,7 +277,9 @@ impl Plan {
                     held = Some(l);
                 }
                 since_flush += 1;
-                if since_flush == every {
+                // A step launch is a run of launches: the device starts on
+                // it at once. A pair counts as one launch.
+                if since_flush == every || matches!(merged, Some((_, Merged::Step(_)))) {
                     self.device.flush()?;
                     since_flush = 0;
                 }
