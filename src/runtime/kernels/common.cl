@@ -232,10 +232,9 @@ inline float warp_max(float v, __local float *scratch) {
     }
     return v;
 }
-// Eight sums at once, each round's shuffles back to back: volatile asm keeps
-// its order, so eight warp_sum calls in a row wait out each other's five
-// dependent shuffles.
-// lanes_sum_n: n sums (n a constant at every call) over each aligned run of
+// n sums at once (n a constant at every call), each round's shuffles back to
+// back: volatile asm keeps its order, so n warp_sum calls in a row wait out
+// each other's five dependent shuffles. Each sum is over an aligned run of
 // `width` lanes (a power of two up to 32; a butterfly with offsets below
 // `width` stays inside its run).
 inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int width) {

@@ -414,7 +414,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
 
     // Warp w takes keys t0 + w*kpw .. +kpw-1 of each step, loaded
     // together (fv_load_step), with its own online softmax state. Every
-    // work-item runs the same steps (warp_sum8 holds group barriers off
+    // work-item runs the same steps (lanes_sum_n holds group barriers off
     // NVIDIA).
     float Mw = -INFINITY, Sw = 0.0f;
     float4 acc[FV_SLOTS];
