@@ -53,8 +53,15 @@ fn chunk_count(k: &TensorType, chunk_len: i64) -> i64 {
     (k.ne[1].max(0) as u64).div_ceil(chunk_len as u64) as i64
 }
 
+/// The chunk of a kernel with a group a (query row, head) and chunk of at
+/// least `min` positions: the vector kernels (MIN_CHUNK), the short one (a
+/// step of its group).
+fn chunk_from(q: &TensorType, k: &TensorType, min: i64) -> i64 {
+    chunk_for(k, (q.ne[1] * q.ne[2] * q.ne[3]).max(1), min)
+}
+
 fn chunk(q: &TensorType, k: &TensorType) -> i64 {
-    chunk_for(k, (q.ne[1] * q.ne[2] * q.ne[3]).max(1), MIN_CHUNK)
+    chunk_from(q, k, MIN_CHUNK)
 }
 
 fn chunks(q: &TensorType, k: &TensorType) -> i64 {
@@ -205,9 +212,7 @@ pub fn lower_split(
     };
     let chunk_len = match (gqa, short) {
         (Some(r), _) => gqa_chunk(tq, tk, r),
-        (None, Some((_, step_keys))) => {
-            chunk_for(tk, (tq.ne[1] * tq.ne[2] * tq.ne[3]).max(1), step_keys)
-        }
+        (None, Some((_, step_keys))) => chunk_from(tq, tk, step_keys),
         (None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
