@@ -39,7 +39,7 @@
 #   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
 #   default "m7-q4_0 m1-q4_0 m7-q8_0")
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 W=${W:-/tmp/polycl-gpu}
 mkdir -p "$W" /tmp/o /tmp/icd
 for f in .ocl/*.deb; do dpkg -x "$f" /tmp/o; done
@@ -52,6 +52,10 @@ AB_MODELS=${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}
 CUDA=${CUDA:-ON}
 BUILD=$W/build$([[ $CUDA == ON ]] || echo -nocuda)
 BIN=$BUILD/bin
+# HOST_BIN: a prebuilt CPU-only host carried along (the development machine's
+# $POLYCL_CACHE/llama-cpp-python-*/build/bin, ~13 MB): the polycl-only stages
+# then need no host build on the GPU machine (~2 minutes of device time).
+if [[ -n ${HOST_BIN:-} ]]; then BIN=$(cd "$HOST_BIN" && pwd); export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH; fi
 
 build() {
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi

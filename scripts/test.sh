@@ -69,12 +69,16 @@ POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_STEP=1 POLYCL_GLU_WARPS=16
 # matmuls apply), so the separate norm kernel that every model's first layer
 # runs stays tested on every layer; and the GLU at its other extreme width,
 # 8 rows a warp.
+# Its matvec, norm and rope kernels take their buffers by address
+# (runtime/addresses.rs, off by default).
 POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_MAX_WORK_GROUP=256 POLYCL_GLU_WARPS=4 \
-  bash scripts/test-greedy.sh
+  POLYCL_BUFFER_ADDRESSES=1 bash scripts/test-greedy.sh
 
 # The attention and the O projection in one launch by ticket (plan/attn_o.rs, off by default):
-# its waiting groups poll for the attention's, which hold earlier tickets.
-POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_ATTN_O=1 bash scripts/test-greedy.sh
+# its waiting groups poll for the attention's, which hold earlier tickets. With buffers by
+# address, so that the pair reads its bodies' scalars without their address slots.
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_ATTN_O=1 POLYCL_BUFFER_ADDRESSES=1 \
+  bash scripts/test-greedy.sh
 
 stage "9b/10 decode launch budget: fast kernels + fusions (scripts/test-launches.sh)"
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-launches.sh

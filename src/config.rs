@@ -22,6 +22,7 @@
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch costs the host more, docs/perf.md step 45) |
 //! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
+//! | `POLYCL_BUFFER_ADDRESSES` | `0` or `1` | `1`: the decode matvec, norm and rope kernels (program.rs `BY_ADDRESS`) take their buffers as device addresses in their packed slots instead of as arguments (`runtime/addresses.rs`), on a device alone in its OpenCL context that passes a check at first use: NVIDIA's enqueue costs ~0.4 us a buffer argument (docs/perf.md step 46); `0` (default): buffers are arguments |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
@@ -80,6 +81,9 @@ pub struct Config {
     pub profile_twice: Option<String>,
     /// The persistent step kernel (`POLYCL_STEP`); None: off.
     pub step: Option<bool>,
+    /// Buffers passed by device address (`POLYCL_BUFFER_ADDRESSES`); on only
+    /// when Some(true) (runtime/addresses.rs).
+    pub buffer_addresses: Option<bool>,
     /// Step kernel work-groups per compute unit (`POLYCL_STEP_GROUPS`).
     pub step_groups_per_cu: usize,
     /// Largest weights (MiB) of a step phase (`POLYCL_STEP_MAX_MB`).
@@ -382,6 +386,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
                 .push(format!("POLYCL_MMA_TILE={v:?}: {e}; using 2,2,4,4,4")),
         }
     }
+    if let Some(v) = get("POLYCL_BUFFER_ADDRESSES") {
+        match v.trim() {
+            "0" => c.buffer_addresses = Some(false),
+            "1" => c.buffer_addresses = Some(true),
+            _ => c.problems.push(format!(
+                "POLYCL_BUFFER_ADDRESSES={v:?}: expected 0 or 1; using the default"
+            )),
+        }
+    }
     if let Some(v) = get("POLYCL_STEP") {
         match v.trim() {
             "0" => c.step = Some(false),
@@ -677,6 +690,19 @@ mod tests {
             );
         }
         assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+    }
+
+    #[test]
+    fn buffer_address_settings() {
+        assert_eq!(with(&[]).buffer_addresses, None);
+        for (v, want) in [("0", Some(false)), ("1", Some(true))] {
+            let c = with(&[("POLYCL_BUFFER_ADDRESSES", v)]);
+            assert!(c.problems.is_empty(), "{:?}", c.problems);
+            assert_eq!(c.buffer_addresses, want);
+        }
+        let c = with(&[("POLYCL_BUFFER_ADDRESSES", "yes")]);
+        assert_eq!(c.buffer_addresses, None);
+        assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_BUFFER_ADDRESSES"));
     }
 
     #[test]

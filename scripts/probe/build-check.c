@@ -1,7 +1,8 @@
 // Builds one OpenCL source file on the first device with the given options
 // and prints the build status and log: a check that a kernel file compiles
 // on a device without running anything. Build: cc build-check.c -lOpenCL
-// Usage: build-check FILE.cl "OPTIONS"
+// Usage: build-check FILE.cl "OPTIONS" [BINARY]   (BINARY: where to write the
+// program binary, PTX on NVIDIA)
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>
@@ -38,5 +39,14 @@ int main(int argc, char **argv) {
     clGetProgramBuildInfo(pr, d, CL_PROGRAM_BUILD_LOG, len, log, NULL);
     log[len] = 0;
     printf("%s: %s build %s\n%s\n", name, argv[1], rc == CL_SUCCESS ? "ok" : "FAILED", log);
+    if (rc == CL_SUCCESS && argc > 3) {
+        size_t bytes = 0;
+        clGetProgramInfo(pr, CL_PROGRAM_BINARY_SIZES, sizeof bytes, &bytes, NULL);
+        unsigned char *bin = malloc(bytes);
+        clGetProgramInfo(pr, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL);
+        FILE *o = fopen(argv[3], "wb");
+        if (!o || fwrite(bin, 1, bytes, o) != bytes) { perror(argv[3]); return 1; }
+        fclose(o);
+    }
     return rc == CL_SUCCESS ? 0 : 1;
 }

@@ -56,6 +56,9 @@ pub struct Device {
     pub(crate) programs: Mutex<HashMap<&'static str, Arc<Program>>>,
     /// Work-groups the step kernel launches here, found once (0: none).
     pub(crate) step_groups: OnceLock<usize>,
+    /// Whether the decode kernels take buffers by address, and the kernel
+    /// that writes the addresses (runtime/addresses.rs), found once.
+    pub(crate) addresses: OnceLock<Option<super::addresses::Patcher>>,
     /// Host copies of writes still in flight (`POLYCL_WRITE`, upload.rs).
     pub(crate) uploads: Mutex<super::upload::Uploads>,
 }
@@ -304,6 +307,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             failures: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
             step_groups: OnceLock::new(),
+            addresses: OnceLock::new(),
             uploads: Mutex::new(Default::default()),
         };
         log::info(&format!(

@@ -7,7 +7,7 @@ use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
 use opencl3::event::Event;
 use opencl3::kernel::Kernel;
-use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
+use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE};
 use opencl3::types::cl_mem;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,9 +45,13 @@ pub struct ArgBinder<'k> {
 /// buffers and slots again for the step kernel (runtime/step.rs), which runs
 /// the kernel's body as one phase of a longer launch.
 pub struct Packed {
+    /// What the kernel reads: `slots`, after one address slot per buffer
+    /// where `by_address`.
     pub params: Buffer<u64>,
     pub mems: Vec<cl_mem>,
     pub slots: Vec<u64>,
+    /// The kernel takes its buffers by address (runtime/addresses.rs).
+    pub by_address: bool,
 }
 
 impl<'k> ArgBinder<'k> {
@@ -63,11 +67,21 @@ impl<'k> ArgBinder<'k> {
             mems: Vec::new(),
         }
     }
-    /// Binds the packed scalars (a no-op for other kernels) and returns the
-    /// buffer that holds them, which must live as long as the launch.
+    /// Binds a packed kernel's buffers and scalars (a no-op for other
+    /// kernels) and returns the buffer that holds the scalars, which must live
+    /// as long as the launch. On a device whose kernels take buffers by
+    /// address (runtime/addresses.rs) the addresses go in front of the
+    /// scalars, written there on the device.
     pub fn finish(self, device: &Device) -> Result<Option<Packed>> {
-        if self.pack.is_some() {
-            self.check_index()?;
+        if self.pack.is_none() {
+            return Ok(None);
+        }
+        // A kernel built for addresses takes its slots alone (common.cl
+        // PK_SIG); every packed kernel names at least one buffer.
+        let by_args = self.num_args as usize == self.mems.len() + 1;
+        let by_address = !by_args && self.num_args == 1 && super::addresses::on(device);
+        if !by_args && !by_address {
+            return Err(self.arity_error());
         }
         let Some(mut slots) = self.pack else {
             return Ok(None);
@@ -75,24 +89,47 @@ impl<'k> ArgBinder<'k> {
         if slots.is_empty() {
             slots.push(0);
         }
-        // SAFETY: `slots` is a live host array of slots.len() u64s, copied by
-        // OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
+        let mut params = if by_address {
+            let mut all = vec![0u64; self.mems.len()];
+            all.extend_from_slice(&slots);
+            all
+        } else {
+            slots.clone()
+        };
+        // SAFETY: `params` is a live host array of params.len() u64s, copied
+        // by OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
         let buf = unsafe {
             Buffer::<u64>::create(
                 &device.context,
-                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                slots.len(),
-                slots.as_mut_ptr() as *mut c_void,
+                if by_address {
+                    CL_MEM_READ_WRITE
+                } else {
+                    CL_MEM_READ_ONLY
+                } | CL_MEM_COPY_HOST_PTR,
+                params.len(),
+                params.as_mut_ptr() as *mut c_void,
             )
         }
         .cl("clCreateBuffer")?;
         let mem = buf.get();
-        // SAFETY: the packed kernels' last parameter is a buffer pointer.
-        unsafe { self.kernel.set_arg(self.next, &mem) }.cl("clSetKernelArg")?;
+        if by_address {
+            // SAFETY: the kernel's one parameter is a buffer pointer.
+            unsafe { self.kernel.set_arg(0, &mem) }.cl("clSetKernelArg")?;
+            super::addresses::write(device, mem, &self.mems)?;
+        } else {
+            for (i, m) in self.mems.iter().enumerate() {
+                // SAFETY: a packed kernel's parameters are its buffer pointers,
+                // in binding order, then its slots (checked above).
+                unsafe { self.kernel.set_arg(i as u32, m) }.cl("clSetKernelArg")?;
+            }
+            // SAFETY: as above: the last parameter, a buffer pointer.
+            unsafe { self.kernel.set_arg(self.mems.len() as u32, &mem) }.cl("clSetKernelArg")?;
+        }
         Ok(Some(Packed {
             params: buf,
             mems: self.mems,
             slots,
+            by_address,
         }))
     }
     /// A scalar: its slots when packed, else the value as one argument.
@@ -105,10 +142,12 @@ impl<'k> ArgBinder<'k> {
             None => self.raw(v),
         }
     }
-    /// A buffer argument.
+    /// A buffer argument; a packed kernel's are bound by `finish`, which
+    /// knows whether the kernel takes them by address.
     fn mem(&mut self, mem: &cl_mem) -> Result<&mut Self> {
         if self.pack.is_some() {
             self.mems.push(*mem);
+            return Ok(self);
         }
         self.raw(mem)
     }
@@ -116,12 +155,16 @@ impl<'k> ArgBinder<'k> {
         if self.next < self.num_args {
             return Ok(());
         }
-        Err(Error::Unsupported(format!(
-            "kernel {} takes {} arguments; its binder passes more (a packed kernel missing \
+        Err(self.arity_error())
+    }
+    fn arity_error(&self) -> Error {
+        Error::Unsupported(format!(
+            "kernel {} takes {} arguments; its binder passes {} (a packed kernel missing \
              from program::PACKED?)",
             self.kernel.function_name().unwrap_or_default(),
-            self.num_args
-        )))
+            self.num_args,
+            self.next as usize + self.mems.len()
+        ))
     }
     fn raw<T>(&mut self, v: &T) -> Result<&mut Self> {
         self.check_index()?;

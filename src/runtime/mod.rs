@@ -2,6 +2,7 @@
 //! kernels (`kernels/*.cl`), quant formats and the executor. The only room with
 //! OpenCL `unsafe`.
 
+pub mod addresses;
 pub mod binary_cache;
 pub mod buffer;
 pub mod counters;

@@ -94,6 +94,13 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Programs whose packed kernels take their buffers by address where the
+/// device allows it (runtime/addresses.rs). Not the attention programs: on
+/// the H200 their kernels held more registers that way (kernel_fa_vec_d128
+/// 205 against 168, so two work-groups an SM instead of three), and a 7B
+/// decode step ran 4-5% slower (docs/perf.md step 46).
+const BY_ADDRESS: &[&str] = &["mul_mv", "group_rope", "fused_norm", "rope_store"];
+
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in
 /// common.cl; ArgBinder says why): the ones a decode step launches.
 pub const PACKED: &[&str] = &[
@@ -206,8 +213,13 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
         .map(|(_, s)| *s)
         .ok_or_else(|| Error::Unsupported(format!("no kernel program named {name}")))?;
     let source: String = sources.join("\n");
+    let extra = if BY_ADDRESS.contains(&name) && super::addresses::on(device) {
+        "-DPOLYCL_ADDR=1"
+    } else {
+        ""
+    };
     let t = std::time::Instant::now();
-    let built = Arc::new(build_source(device, name, &source)?);
+    let built = Arc::new(build_source_with(device, name, &source, extra)?);
     log::debug(&format!(
         "{}: built program {name} in {:?}",
         device.name,

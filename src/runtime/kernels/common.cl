@@ -18,8 +18,28 @@
 // H200 a decode step ran 2-4% faster that way (docs/perf.md step 31; the
 // slots then come through the L1 data cache instead of the constant cache,
 // and why that is faster was not measured further).
+//
+// A packed kernel's buffer arguments are one list, a macro L(B) that applies
+// B(type, name) to each (`__global type *name`), given twice: to PK_SIG(L),
+// its signature, and to PK_BEGIN_BUFS(L), which begins its body. Built with
+// POLYCL_ADDR, on a device where kernels may reach a buffer through its
+// address as an integer (runtime/addresses.rs), the signature is `pk` alone
+// and PK_BEGIN_BUFS declares each pointer from a slot of its own at the
+// front of `pk`: NVIDIA's enqueue costs ~0.4 us more per buffer argument
+// (docs/perf.md step 46), and a decode kernel takes 3-16 of them. Step mode
+// (below) ignores POLYCL_ADDR: its bodies are functions of their buffers.
+// (OpenCL C 1.2 has no variadic macros, hence the list as a macro.)
 #define PTENSOR(t)  __global char *t
 #define PCTENSOR(t) __global const char *t
+#if !defined(POLYCL_ADDR) || defined(POLYCL_STEP)
+#define PK_ARG(T, n) __global T *n,
+#define PK_BIND(T, n)
+#else
+#define PK_ARG(T, n)
+#define PK_BIND(T, n) __global T *n = (__global T *)pk[pk_i++];
+#endif
+#define PK_SIG(L) L(PK_ARG) PK_PARAMS
+#define PK_BEGIN_BUFS(L) PK_BEGIN L(PK_BIND)
 #ifndef POLYCL_STEP
 #define PK_PARAMS __global const ulong *restrict pk
 #define PK_BEGIN int pk_i = 0;

@@ -216,11 +216,13 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
 
 // The split kernels' signature, and their scalars and frame (which query
 // row, chunk, head and KV head this group computes), the same for both.
-#define FA_SPLIT_ARGS                                                                       \
-    PCTENSOR(q), PCTENSOR(k), PCTENSOR(v), PCTENSOR(mask), __global float *part,            \
-        __global uint *cnt, PTENSOR(dst), __global char *q8, PK_PARAMS
+#define FA_SPLIT_BUFS(B)                                                                    \
+    B(const char, q) B(const char, k) B(const char, v) B(const char, mask) B(float, part)   \
+    B(uint, cnt) B(char, dst) B(char, q8)
+#define FA_SPLIT_ARGS PK_SIG(FA_SPLIT_BUFS)
 #define FA_SPLIT_UNPACK                                                                     \
-    PK_BEGIN PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)        \
+    PK_BEGIN_BUFS(FA_SPLIT_BUFS)                                                            \
+    PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)                 \
     PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
     PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \
     PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)

@@ -21,10 +21,15 @@
 #define FN_LOCAL_MAX 8192
 #define FN_BATCH 8
 
+// Both kernels' buffer arguments (PK_SIG, PK_BEGIN_BUFS in common.cl).
+#define FUSED_NORM_BUFS(B)                                                                  \
+    B(const char, a) B(const char, b) B(char, sum) B(char, normed) B(const char, w)         \
+    B(char, dst) B(char, q8)
+
 #ifndef POLYCL_STEP
-kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
-                                  PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
-    PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
+kernel void kernel_fused_rms_norm(PK_SIG(FUSED_NORM_BUFS)) {
+    PK_BEGIN_BUFS(FUSED_NORM_BUFS)
+    PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
     PK_TENSOR(w) PK_TENSOR(dst) PK_FLOAT(eps) PK_ULONG(q8_off) PK_INT(has_q8)
     __local float red[FN_WG];
     __local float row_vals[FN_LOCAL_MAX];
@@ -114,9 +119,9 @@ kernel void kernel_fused_rms_norm(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSO
 #endif
 #define FW_WARPS (FW_WG / 32)
 
-kernel void kernel_fused_rms_norm_wide(PCTENSOR(a), PCTENSOR(b), PTENSOR(sum), PTENSOR(normed),
-                                       PCTENSOR(w), PTENSOR(dst), __global char *q8, PK_PARAMS) {
-    PK_BEGIN PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
+kernel void kernel_fused_rms_norm_wide(PK_SIG(FUSED_NORM_BUFS)) {
+    PK_BEGIN_BUFS(FUSED_NORM_BUFS)
+    PK_TENSOR(a) PK_TENSOR(b) PK_INT(has_add) PK_TENSOR(sum) PK_TENSOR(normed)
     PK_TENSOR(w) PK_TENSOR(dst) PK_FLOAT(eps) PK_ULONG(q8_off) PK_INT(has_q8)
     LOCAL_ARRAY(float, red, FW_WG);
     LOCAL_ARRAY(float, warps, FW_WARPS);

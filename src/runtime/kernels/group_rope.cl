@@ -28,13 +28,14 @@
     PK_INT(role_k) PK_INT(role_v) PK_INT(flags) PK_INT(n_dims) PK_FLOAT(theta_scale)        \
     PK_FLOAT(freq_scale) PK_FLOAT(ext_factor) PK_FLOAT(attn_factor) PK_FLOAT(corr0)         \
     PK_FLOAT(corr1)
+#define MV_GROUP_ROPE_BUFS(B)                                                               \
+    B(const char, w0) B(const char, w1) B(const char, w2) B(const char, act) B(char, d0)    \
+    B(char, d1) B(char, d2) B(const char, pos) B(const char, ff) B(char, qo) B(char, ko)    \
+    B(char, kc) B(const char, kr) B(char, vc) B(const char, vr) MV_NORM_BUF(B)
 #define MV_GROUP_ROPE_KERNEL(NAME, ROWDOT2, EARLY, LATE)                                     \
-kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
-                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), __global const char *pos,           \
-                 __global const char *ff, PTENSOR(qo), PTENSOR(ko), PTENSOR(kc),            \
-                 __global const char *kr, PTENSOR(vc), __global const char *vr, MV_NORM_ARG, \
-                 PK_PARAMS) {                                                               \
-    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
+kernel void NAME(PK_SIG(MV_GROUP_ROPE_BUFS)) {                                              \
+    PK_BEGIN_BUFS(MV_GROUP_ROPE_BUFS)                                                       \
+    PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)               \
     PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes)                      \
     const int pk_epilogue = pk_i;                                                           \
     PK_SKIP(GROUP_ROPE_EPILOGUE_SLOTS) PK_MV_NORM                                           \

@@ -215,9 +215,11 @@ MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
 // rows in one pass (mv_row2_*), so twice the weight loads are in flight and
 // the activation is loaded once for both; MV_ROWS row groups a work-group.
 // global {ceil(ne01 / (2 * MV_ROWS)) * MV_ROWS * MV_LANES, ne11, ne12 * ne13}.
+#define MV2_BUFS(B) B(const char, w) B(const char, act) B(char, dst)
 #define MV2_KERNEL(NAME, ROWDOT2)                                                           \
-kernel void NAME(PCTENSOR(w), __global const char *act, PTENSOR(dst), PK_PARAMS) {          \
-    PK_BEGIN PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG4(act_nb) PK_LONG4(b_ne) PK_TENSOR(dst) \
+kernel void NAME(PK_SIG(MV2_BUFS)) {                                                        \
+    PK_BEGIN_BUFS(MV2_BUFS)                                                                 \
+    PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG4(act_nb) PK_LONG4(b_ne) PK_TENSOR(dst)          \
     LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
     const int lane = get_local_id(0) % MV_LANES;                                            \
     const int group = get_local_id(0) / MV_LANES;                                           \
@@ -256,7 +258,7 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 // products (mv_norm_prefetch: no round trip of its own at the end) and
 // summed after them (mv_norm_rsqrt); every work-item calls both, since
 // warp_sum holds barriers off NVIDIA.
-#define MV_NORM_ARG __global const char *dn
+#define MV_NORM_BUF(B) B(const char, dn)
 #define PK_MV_NORM PK_ULONG(dn_off) PK_INT(dn_parts) PK_LONG(dn_n) PK_FLOAT(dn_eps)
 inline float8 mv_norm_prefetch(const __global char *dn, int parts, int lane) {
     const __global float *p = (const __global float *)dn;
@@ -306,7 +308,7 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
 // 1/(rms * c) where the activation is a MulMatAddNorm's norm) and d, the
 // matrix's result.
 // Needs the group kernels' arguments w0..w2, act, d0..d2, g0, g1 and the
-// MV_NORM_ARG ones.
+// MV_NORM_BUF ones.
 #define MV_GROUP_ROWS(ROWDOT2)                                                               \
     LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
     const int lane = get_local_id(0) % MV_LANES;                                            \
@@ -333,10 +335,13 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
 // work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
 // work-groups, matrix 1 the next g1, matrix 2 the rest.
 // global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
+#define MV_GROUP_BUFS(B)                                                                    \
+    B(const char, w0) B(const char, w1) B(const char, w2) B(const char, act) B(char, d0)    \
+    B(char, d1) B(char, d2) MV_NORM_BUF(B)
 #define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(PCTENSOR(w0), PCTENSOR(w1), PCTENSOR(w2), __global const char *act,       \
-                 PTENSOR(d0), PTENSOR(d1), PTENSOR(d2), MV_NORM_ARG, PK_PARAMS) {           \
-    PK_BEGIN PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)      \
+kernel void NAME(PK_SIG(MV_GROUP_BUFS)) {                                                   \
+    PK_BEGIN_BUFS(MV_GROUP_BUFS)                                                            \
+    PK_TENSOR(w0) PK_TENSOR(w1) PK_TENSOR(w2) PK_ULONG(act_off) PK_TENSOR(d0)               \
     PK_TENSOR(d1) PK_TENSOR(d2) PK_LONG(g0) PK_LONG(g1) PK_INT(wtypes) PK_MV_NORM           \
     MV_GROUP_ROWS(ROWDOT2)                                                                  \
     if (lane == 0) {                                                                        \
@@ -367,10 +372,13 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 #define GLU_WARPS 8
 #endif
 #define GLU_ROWS 32
+#define MV_GLU_BUFS(B)                                                                      \
+    B(const char, wg) B(const char, wu) B(const char, act) B(char, dglu) B(char, dgate)     \
+    B(char, dup) B(char, q8) MV_NORM_BUF(B)
 #define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
-kernel void NAME(PCTENSOR(wg), PCTENSOR(wu), __global const char *act, PTENSOR(dglu),     \
-                 PTENSOR(dgate), PTENSOR(dup), __global char *q8, MV_NORM_ARG, PK_PARAMS) { \
-    PK_BEGIN PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate) \
+kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                                     \
+    PK_BEGIN_BUFS(MV_GLU_BUFS)                                                              \
+    PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate)          \
     PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8) PK_MV_NORM                               \
     LOCAL_ARRAY(float, scratch_all, GLU_WARPS * MV_LANES);                                  \
     LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \

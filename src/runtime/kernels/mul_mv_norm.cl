@@ -9,7 +9,7 @@
 // slot the next matmuls read, and its share of the sum of squares, one
 // float at ss[group]; group 0 writes c after the shares (at rows / 32, not
 // get_num_groups: the body also runs as a phase of attn_o.cl's launch). Those matmuls
-// (MV_NORM_ARG in mul_mv.cl) add the shares up and multiply their dot
+// (MV_NORM_BUF in mul_mv.cl) add the shares up and multiply their dot
 // products by 1/(rms * c): the Q8_1 block of y * k has the codes of y's
 // block and its scale times k, so the product is the same up to rounding.
 //
@@ -39,11 +39,13 @@
 #define MVN_WARPS 16
 #define MVN_WG (MVN_WARPS * MV_LANES)
 
+#define MV_NORM_BUFS(B)                                                                     \
+    B(const char, w) B(const char, act) B(const char, res) B(char, o) B(char, sum)          \
+    B(const char, nw) B(char, q8) B(char, ss)
 #define MV_NORM_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(PCTENSOR(w), __global const char *act, PCTENSOR(res), PTENSOR(o),          \
-                 PTENSOR(sum), PCTENSOR(nw), __global char *q8, __global char *ss,          \
-                 PK_PARAMS) {                                                               \
-    PK_BEGIN PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG(res_off) PK_ULONG(o_off)               \
+kernel void NAME(PK_SIG(MV_NORM_BUFS)) {                                                    \
+    PK_BEGIN_BUFS(MV_NORM_BUFS)                                                             \
+    PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG(res_off) PK_ULONG(o_off)                        \
     PK_ULONG(sum_off) PK_ULONG(nw_off) PK_ULONG(q8_off) PK_ULONG(ss_off) PK_ULONG(prev_off) \
     PK_INT(prev_parts) PK_LONG(prev_n) PK_FLOAT(eps)                                        \
     LOCAL_ARRAY(float, scratch_all, MVN_WG);                                                \

@@ -69,11 +69,13 @@ inline int rs_pair(long j, int n_dims, int neox, long *e0, long *e1) {
     return 1;
 }
 
-kernel void kernel_rope_store_f32(
-    PCTENSOR(q), PTENSOR(qo), PCTENSOR(k), PTENSOR(ko), __global const char *pos,
-    __global const char *ff, PTENSOR(kc), PCTENSOR(kr), PCTENSOR(v), PTENSOR(vc), PCTENSOR(vr),
-    PK_PARAMS) {
-    PK_BEGIN PK_TENSOR(q) PK_TENSOR(qo) PK_TENSOR(k) PK_TENSOR(ko) PK_ULONG(pos_off)
+#define ROPE_STORE_BUFS(B)                                                                  \
+    B(const char, q) B(char, qo) B(const char, k) B(char, ko) B(const char, pos)            \
+    B(const char, ff) B(char, kc) B(const char, kr) B(const char, v) B(char, vc)            \
+    B(const char, vr)
+kernel void kernel_rope_store_f32(PK_SIG(ROPE_STORE_BUFS)) {
+    PK_BEGIN_BUFS(ROPE_STORE_BUFS)
+    PK_TENSOR(q) PK_TENSOR(qo) PK_TENSOR(k) PK_TENSOR(ko) PK_ULONG(pos_off)
     PK_ULONG(ff_off) PK_INT(has_ff) PK_TENSOR(kc) PK_TENSOR(kr) PK_LONG4(kv_ne) PK_TENSOR(v)
     PK_TENSOR(vc) PK_TENSOR(vr) PK_INT(flags) PK_INT(n_dims) PK_FLOAT(theta_scale)
     PK_FLOAT(freq_scale) PK_FLOAT(ext_factor) PK_FLOAT(attn_factor) PK_FLOAT(corr0)

@@ -1,0 +1,127 @@
+//! The decode kernels built to take their buffers by address
+//! (runtime/addresses.rs; `POLYCL_BUFFER_ADDRESSES=1` here, on PoCL) compute,
+//! bit for bit, what the same kernels given their buffers as arguments
+//! compute. One test, so that it sets the environment before anything in
+//! this process reads the configuration. What both compute is checked against
+//! ggml's CPU backend by the greedy and test-backend-ops runs, which CI makes
+//! with buffers by address too.
+
+use ggml_polycl::runtime::executor::{ArgBinder, Launch, Operand};
+use ggml_polycl::runtime::program::{build_source_with, PROGRAMS};
+use ggml_polycl::runtime::{addresses, devices, Device, DeviceBuffer};
+use opencl3::kernel::Kernel;
+use std::sync::Arc;
+
+const K: usize = 512;
+const ROWS: usize = 64;
+const Q8_0_BLOCK: usize = 34;
+const Q8_1_BLOCK: usize = 36;
+
+/// Bytes of a pseudo-random generator, with each block's leading F16 scale
+/// made a small normal number.
+fn blocks(seed: u64, n: usize, block: usize) -> Vec<u8> {
+    let mut s = seed;
+    let mut out: Vec<u8> = (0..n * block)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 56) as u8
+        })
+        .collect();
+    for (b, chunk) in out.chunks_mut(block).enumerate() {
+        // 2^-7 .. 2^-6 as F16: exponent 8, a mantissa from the block index.
+        let h: u16 = (8 << 10) | ((b as u16 * 37) & 0x3ff);
+        chunk[..2].copy_from_slice(&h.to_le_bytes());
+        if block == Q8_1_BLOCK {
+            chunk[2..4].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn operand(b: &DeviceBuffer, ne: [i64; 4], nb: [u64; 4]) -> Operand {
+    Operand {
+        mem: b.cl_mem(),
+        offset: 0,
+        ne,
+        nb,
+    }
+}
+
+/// kernel_mul_mv_q8_0 built with `options`, bound and run once; its output.
+fn run(dev: &Arc<Device>, options: &str, w: &DeviceBuffer, act: &DeviceBuffer) -> (u32, Vec<u8>) {
+    let (_, sources) = PROGRAMS.iter().find(|(n, _)| *n == "mul_mv").unwrap();
+    let program = build_source_with(dev, "mul_mv", &sources.join("\n"), options).unwrap();
+    let kernel = Kernel::create(&program, "kernel_mul_mv_q8_0").unwrap();
+    let args = kernel.num_args().unwrap();
+    let dst = DeviceBuffer::alloc(dev, ROWS * 4).unwrap();
+    let blocks = (K / 32) as u64;
+    let w_op = operand(
+        w,
+        [K as i64, ROWS as i64, 1, 1],
+        [
+            Q8_0_BLOCK as u64,
+            blocks * 34,
+            blocks * 34 * ROWS as u64,
+            blocks * 34 * ROWS as u64,
+        ],
+    );
+    let d_op = operand(
+        &dst,
+        [ROWS as i64, 1, 1, 1],
+        [4, 4 * ROWS as u64, 4 * ROWS as u64, 4 * ROWS as u64],
+    );
+    let act_nb = [Q8_1_BLOCK as u64, blocks * 36, blocks * 36, blocks * 36];
+    let mut a = ArgBinder::new(&kernel);
+    a.tensor(&w_op)
+        .unwrap()
+        .ptr(act.cl_mem(), 0)
+        .unwrap()
+        .u64x4(act_nb)
+        .unwrap()
+        .i64x4([K as i64, 1, 1, 1])
+        .unwrap()
+        .tensor(&d_op)
+        .unwrap();
+    let packed = a.finish(dev).unwrap();
+    assert!(packed.is_some(), "kernel_mul_mv_q8_0 is a packed kernel");
+    // 4 row groups (MV_ROWS) of 32 lanes a work-group, two rows a row group.
+    let launch = Launch {
+        kernel,
+        global: [ROWS / 8 * 128, 1, 1],
+        local: Some([128, 1, 1]),
+        dims: 3,
+        kind: "test",
+        packed,
+    };
+    launch.enqueue(dev).unwrap();
+    let mut out = vec![0u8; ROWS * 4];
+    dst.read(0, &mut out).unwrap();
+    (args, out)
+}
+
+#[test]
+fn kernels_by_address_compute_what_kernels_by_argument_do() {
+    std::env::set_var("POLYCL_BUFFER_ADDRESSES", "1");
+    std::env::set_var("POLYCL_FAST_KERNELS", "1");
+    let dev = devices().expect("an OpenCL device (install pocl-opencl-icd)")[0].clone();
+    assert!(
+        addresses::on(&dev),
+        "a device alone in its context, asked for, passes the address check"
+    );
+    let w = DeviceBuffer::alloc(&dev, ROWS * K / 32 * Q8_0_BLOCK).unwrap();
+    w.write(0, &blocks(1, ROWS * K / 32, Q8_0_BLOCK)).unwrap();
+    let act = DeviceBuffer::alloc(&dev, K / 32 * Q8_1_BLOCK).unwrap();
+    act.write(0, &blocks(2, K / 32, Q8_1_BLOCK)).unwrap();
+
+    let (args_by_address, by_address) = run(&dev, "-DPOLYCL_ADDR=1", &w, &act);
+    let (args_by_argument, by_argument) = run(&dev, "", &w, &act);
+    assert_eq!(args_by_address, 1, "its slots are its one argument");
+    assert_eq!(args_by_argument, 4, "w, act, dst and its slots");
+    assert!(
+        by_argument.iter().any(|&b| b != 0),
+        "the kernel wrote its rows"
+    );
+    assert_eq!(by_address, by_argument);
+}
