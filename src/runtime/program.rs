@@ -97,8 +97,8 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
 /// Programs whose packed kernels take their buffers by address where the
 /// device allows it (runtime/addresses.rs). Not the attention programs: on
 /// the H200 their kernels held more registers that way (kernel_fa_vec_d128
-/// 205 against 168, so two work-groups an SM instead of three), and a 7B
-/// decode step ran 4-5% slower (docs/perf.md step 46).
+/// 207 against 168, so two work-groups an SM instead of three), and with
+/// them by address a 7B decode token took 4-9% longer (docs/perf.md step 46).
 const BY_ADDRESS: &[&str] = &["mul_mv", "group_rope", "fused_norm", "rope_store"];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in
