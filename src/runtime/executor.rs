@@ -72,10 +72,10 @@ impl<'k> ArgBinder<'k> {
     /// as long as the launch. On a device whose kernels take buffers by
     /// address (runtime/addresses.rs) the addresses go in front of the
     /// scalars, written there on the device.
-    pub fn finish(self, device: &Device) -> Result<Option<Packed>> {
-        if self.pack.is_none() {
+    pub fn finish(mut self, device: &Device) -> Result<Option<Packed>> {
+        let Some(mut slots) = self.pack.take() else {
             return Ok(None);
-        }
+        };
         // A kernel built for addresses takes its slots alone (common.cl
         // PK_SIG); every packed kernel names at least one buffer.
         let by_args = self.num_args as usize == self.mems.len() + 1;
@@ -83,9 +83,6 @@ impl<'k> ArgBinder<'k> {
         if !by_args && !by_address {
             return Err(self.arity_error());
         }
-        let Some(mut slots) = self.pack else {
-            return Ok(None);
-        };
         if slots.is_empty() {
             slots.push(0);
         }
