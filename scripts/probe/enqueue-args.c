@@ -7,6 +7,8 @@
 // session. Also checks that a buffer's device address, read once by a kernel
 // and passed as an integer in a packed slot, reaches the buffer (the way a
 // kernel could take one buffer argument, whatever it reads).
+// Also: the same pointers as ulong scalar arguments (s<n>), the way a
+// kernel could take its addresses without the driver handling buffers.
 // Build: cc -O2 enqueue-args.c -lOpenCL   Run: ./a.out [tokens] [spin]
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -43,6 +45,18 @@ static const char *SRC =
     " global float *a14, global const ulong *p)"
     " { SPIN if (x == 12345.0f) a0[0] = a1[0] + a2[0] + a3[0] + a4[0] + a5[0] + a6[0] + a7[0]"
     " + a8[0] + a9[0] + a10[0] + a11[0] + a12[0] + a13[0] + a14[0]; }\n"
+    // Addresses as scalar arguments: a kernel's pointers without the
+    // driver's handling of a buffer argument.
+    "kernel void s4(ulong a0, ulong a1, ulong a2, ulong a3, global const ulong *p)"
+    " { SPIN if (x == 12345.0f) ((global float *)a0)[0] = x + (float)(a1 + a2 + a3); }\n"
+    "kernel void s8(ulong a0, ulong a1, ulong a2, ulong a3, ulong a4, ulong a5, ulong a6,"
+    " ulong a7, global const ulong *p)"
+    " { SPIN if (x == 12345.0f) ((global float *)a0)[0] = x + (float)(a1 + a2 + a3 + a4 + a5 + a6 + a7); }\n"
+    "kernel void s16(ulong a0, ulong a1, ulong a2, ulong a3, ulong a4, ulong a5, ulong a6,"
+    " ulong a7, ulong a8, ulong a9, ulong a10, ulong a11, ulong a12, ulong a13, ulong a14,"
+    " ulong a15, global const ulong *p)"
+    " { SPIN if (x == 12345.0f) ((global float *)a0)[0] = x + (float)(a1 + a2 + a3 + a4 + a5 + a6 + a7"
+    " + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15); }\n"
     // The address check: one kernel reads each buffer's address, another
     // copies through the addresses alone.
     "kernel void addr(global float *a, global float *b, global ulong *out)"
@@ -115,16 +129,24 @@ int main(int argc, char **argv) {
     }
     cl_mem pk = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 16, slot, &e);
 
-    const int counts[] = {1, 2, 4, 8, 12, 16};
-    const char *names[] = {"b1", "b2", "b4", "b8", "b12", "b16"};
-    enum { NC = 6 };
+    // b<n>: n buffer arguments; s<n>: n addresses as ulong scalars and one
+    // buffer.
+    const int counts[] = {1, 2, 4, 8, 12, 16, 4, 8, 16};
+    const char *names[] = {"b1", "b2", "b4", "b8", "b12", "b16", "s4", "s8", "s16"};
+    enum { NC = 9, NB = 6 };
     // Per case, LAUNCHES kernel objects (a plan's one object a launch).
     cl_kernel ks[NC][LAUNCHES];
     for (int c = 0; c < NC; ++c)
         for (int i = 0; i < LAUNCHES; ++i) {
             ks[c][i] = clCreateKernel(pr, names[c], &e);
-            for (int a = 0; a < counts[c] - 1; ++a) clSetKernelArg(ks[c][i], a, sizeof(cl_mem), &bufs[(a + i) % MAXB]);
-            clSetKernelArg(ks[c][i], counts[c] - 1, sizeof(cl_mem), &pk);
+            if (c < NB) {
+                for (int a = 0; a < counts[c] - 1; ++a)
+                    clSetKernelArg(ks[c][i], a, sizeof(cl_mem), &bufs[(a + i) % MAXB]);
+                clSetKernelArg(ks[c][i], counts[c] - 1, sizeof(cl_mem), &pk);
+            } else {
+                for (int a = 0; a < counts[c]; ++a) clSetKernelArg(ks[c][i], a, sizeof(cl_ulong), &slot[1]);
+                clSetKernelArg(ks[c][i], counts[c], sizeof(cl_mem), &pk);
+            }
         }
     double *enq[NC], *tok[NC];
     for (int c = 0; c < NC; ++c) {
@@ -155,8 +177,8 @@ int main(int argc, char **argv) {
     for (int c = 0; c < NC; ++c) {
         qsort(enq[c], tokens, sizeof(double), cmp);
         qsort(tok[c], tokens, sizeof(double), cmp);
-        printf("%2d buffer arguments: enqueue us/launch p10 %.2f p50 %.2f p90 %.2f   token us p50 %.0f\n",
-               counts[c], enq[c][tokens / 10], enq[c][tokens / 2], enq[c][9 * tokens / 10],
+        printf("%2d %s: enqueue us/launch p10 %.2f p50 %.2f p90 %.2f   token us p50 %.0f\n",
+               counts[c], c < NB ? "buffer arguments" : "ulong addresses + 1 buffer", enq[c][tokens / 10], enq[c][tokens / 2], enq[c][9 * tokens / 10],
                tok[c][tokens / 2]);
     }
     return 0;
