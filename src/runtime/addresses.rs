@@ -15,7 +15,9 @@
 //! 664 us) but made the GPU's longer: with every packed kernel by address,
 //! the attention kernels held 205 registers instead of 168 and a 7B token
 //! took 4-9% longer. The attention programs now keep their buffer
-//! arguments; that split is not yet measured, so the default stays off.
+//! arguments, and a 7B token still takes ~7% longer (step 47: the bodies
+//! are not slower back to back, and read-only slots do not help), so the
+//! default stays off.
 //!
 //! OpenCL does not promise that a buffer keeps one address: a driver may
 //! move a buffer between the devices of a context, and it would not know

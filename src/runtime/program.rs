@@ -98,7 +98,8 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
 /// device allows it (runtime/addresses.rs). Not the attention programs: on
 /// the H200 their kernels held more registers that way (kernel_fa_vec_d128
 /// 207 against 168, so two work-groups an SM instead of three), and with
-/// them by address a 7B decode token took 4-9% longer (docs/perf.md step 46).
+/// them by address a 7B decode token took 4-9% longer (docs/perf.md step 46;
+/// without them, still ~7%: step 47).
 const BY_ADDRESS: &[&str] = &["mul_mv", "group_rope", "fused_norm", "rope_store"];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in
