@@ -178,8 +178,8 @@ int main(int argc, char **argv) {
         qsort(enq[c], tokens, sizeof(double), cmp);
         qsort(tok[c], tokens, sizeof(double), cmp);
         printf("%2d %s: enqueue us/launch p10 %.2f p50 %.2f p90 %.2f   token us p50 %.0f\n",
-               counts[c], c < NB ? "buffer arguments" : "ulong addresses + 1 buffer", enq[c][tokens / 10], enq[c][tokens / 2], enq[c][9 * tokens / 10],
-               tok[c][tokens / 2]);
+               counts[c], c < NB ? "buffer arguments" : "ulong addresses + 1 buffer",
+               enq[c][tokens / 10], enq[c][tokens / 2], enq[c][9 * tokens / 10], tok[c][tokens / 2]);
     }
     return 0;
 }

@@ -13,7 +13,7 @@
 //!
 //! On the H200 (step 46) this halved the host's time a 1B token (1239 ->
 //! 664 us) but made the GPU's longer: with every packed kernel by address,
-//! the attention kernels held 205 registers instead of 168 and a 7B token
+//! the attention kernels held 207 registers instead of 168 and a 7B token
 //! took 4-9% longer. The attention programs now keep their buffer
 //! arguments, and a 7B token still takes ~7% longer (step 47: the bodies
 //! are not slower back to back, and read-only slots do not help), so the
