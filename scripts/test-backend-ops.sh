@@ -48,8 +48,9 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128 kernel_fa_gqa_d64 kernel_fa_gqa_d128" ;;
       # With POLYCL_ATTN_O=1 (below) caches of up to 256 positions (POLYCL_FA_SHORT_KV) take the
       # short kernel that the attention + O pair runs, longer ones the vector kernels.
-      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_vec_d64 kernel_fa_vec_d128" ;;
-      # The decode matvecs with their buffers by address (runtime/addresses.rs, off by default).
+      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 buffers.by.address" ;;
+      # The decode matvecs with their buffers by address (runtime/addresses.rs, the default;
+      # the onechunk run takes them as arguments).
       MUL_MAT:fast) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k buffers.by.address" ;;
       *) want="" ;;
     esac
@@ -61,7 +62,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       POLYCL_FA_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 256) POLYCL_FA_GQA_MIN_KV=0 \
       POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
       POLYCL_ATTN_O=$([[ $run == FLASH_ATTN_EXT:fast ]] && echo 1 || echo 0) \
-      POLYCL_BUFFER_ADDRESSES=$([[ $run == MUL_MAT:fast ]] && echo 1 || echo 0) \
+      POLYCL_BUFFER_ADDRESSES=$([[ $kind == onechunk ]] && echo 0 || echo 1) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
     missing=""

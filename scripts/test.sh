@@ -69,15 +69,17 @@ POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_STEP=1 POLYCL_GLU_WARPS=16
 # matmuls apply), so the separate norm kernel that every model's first layer
 # runs stays tested on every layer; and the GLU at its other extreme width,
 # 8 rows a warp.
-# Its matvec, norm and rope kernels take their buffers by address
-# (runtime/addresses.rs, off by default).
+# Its decode kernels take their buffers as buffer arguments, not by address
+# (runtime/addresses.rs; by address is the default, which the runs above take).
 POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_MAX_WORK_GROUP=256 POLYCL_GLU_WARPS=4 \
-  POLYCL_BUFFER_ADDRESSES=1 bash scripts/test-greedy.sh
+  POLYCL_BUFFER_ADDRESSES=0 bash scripts/test-greedy.sh
 
 # The attention and the O projection in one launch by ticket (plan/attn_o.rs, off by default):
-# its waiting groups poll for the attention's, which hold earlier tickets. With buffers by
-# address, so that the pair reads its bodies' scalars without their address slots.
-POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_ATTN_O=1 POLYCL_BUFFER_ADDRESSES=1 \
+# its waiting groups poll for the attention's, which hold earlier tickets. With the buffers
+# that the matvec, norm and rope kernels only read passed by address and the ones they write
+# as arguments (POLYCL_BUFFER_ADDRESSES=reads), while the pair takes every buffer as an
+# argument.
+POLYCL_LIB="$POLYCL_LIB" POLYCL_FAST_KERNELS=1 POLYCL_ATTN_O=1 POLYCL_BUFFER_ADDRESSES=reads \
   bash scripts/test-greedy.sh
 
 stage "9b/10 decode launch budget: fast kernels + fusions (scripts/test-launches.sh)"

@@ -81,9 +81,10 @@ pub struct Config {
     pub profile_twice: Option<String>,
     /// The persistent step kernel (`POLYCL_STEP`); None: off.
     pub step: Option<bool>,
-    /// Buffers passed by device address (`POLYCL_BUFFER_ADDRESSES`); on only
-    /// when Some(true) (runtime/addresses.rs).
-    pub buffer_addresses: Option<bool>,
+    /// Which decode-kernel buffers go by device address
+    /// (`POLYCL_BUFFER_ADDRESSES`, runtime/addresses.rs); None: not asked,
+    /// `All` where the device allows it.
+    pub buffer_addresses: Option<BufferAddresses>,
     /// Step kernel work-groups per compute unit (`POLYCL_STEP_GROUPS`).
     pub step_groups_per_cu: usize,
     /// Largest weights (MiB) of a step phase (`POLYCL_STEP_MAX_MB`).
@@ -106,6 +107,21 @@ pub enum WriteMode {
     Batch,
     Async,
     Blocking,
+}
+
+/// What `POLYCL_BUFFER_ADDRESSES` asks for: which buffers of the decode
+/// kernels are passed as device addresses (ulong arguments) instead of
+/// buffer arguments (runtime/addresses.rs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BufferAddresses {
+    /// `0`: every buffer an argument.
+    Off,
+    /// `1`: every buffer by address (the default where the device allows it).
+    #[default]
+    All,
+    /// `reads`: the buffers a kernel only reads by address, the ones it
+    /// writes as arguments.
+    Reads,
 }
 
 /// What `POLYCL_PROFILE` asks for.
@@ -388,10 +404,11 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     if let Some(v) = get("POLYCL_BUFFER_ADDRESSES") {
         match v.trim() {
-            "0" => c.buffer_addresses = Some(false),
-            "1" => c.buffer_addresses = Some(true),
+            "0" => c.buffer_addresses = Some(BufferAddresses::Off),
+            "1" => c.buffer_addresses = Some(BufferAddresses::All),
+            "reads" => c.buffer_addresses = Some(BufferAddresses::Reads),
             _ => c.problems.push(format!(
-                "POLYCL_BUFFER_ADDRESSES={v:?}: expected 0 or 1; using the default"
+                "POLYCL_BUFFER_ADDRESSES={v:?}: expected 0, 1 or reads; using the default"
             )),
         }
     }
@@ -695,10 +712,14 @@ mod tests {
     #[test]
     fn buffer_address_settings() {
         assert_eq!(with(&[]).buffer_addresses, None);
-        for (v, want) in [("0", Some(false)), ("1", Some(true))] {
+        for (v, want) in [
+            ("0", BufferAddresses::Off),
+            ("1", BufferAddresses::All),
+            ("reads", BufferAddresses::Reads),
+        ] {
             let c = with(&[("POLYCL_BUFFER_ADDRESSES", v)]);
             assert!(c.problems.is_empty(), "{:?}", c.problems);
-            assert_eq!(c.buffer_addresses, want);
+            assert_eq!(c.buffer_addresses, Some(want));
         }
         let c = with(&[("POLYCL_BUFFER_ADDRESSES", "yes")]);
         assert_eq!(c.buffer_addresses, None);

@@ -1,11 +1,13 @@
 //! The decode kernels built to take their buffers by address
-//! (runtime/addresses.rs; `POLYCL_BUFFER_ADDRESSES=1` here, on PoCL) compute,
-//! bit for bit, what the same kernels given their buffers as arguments
-//! compute. One test, so that it sets the environment before anything in
-//! this process reads the configuration. What both compute is checked against
+//! (runtime/addresses.rs; `POLYCL_BUFFER_ADDRESSES=1` here, on PoCL), all of
+//! them or only the ones they read, compute, bit for bit, what the same
+//! kernels given their buffers as arguments compute. One test, so that it
+//! sets the environment before anything in this process reads the
+//! configuration. What both compute is checked against
 //! ggml's CPU backend by the greedy and test-backend-ops runs, which CI makes
 //! with buffers by address too.
 
+use ggml_polycl::config::BufferAddresses;
 use ggml_polycl::runtime::executor::{ArgBinder, Launch, Operand};
 use ggml_polycl::runtime::program::{build_source_with, PROGRAMS};
 use ggml_polycl::runtime::{addresses, devices, Device, DeviceBuffer};
@@ -82,7 +84,7 @@ fn run(dev: &Arc<Device>, options: &str, w: &DeviceBuffer, act: &DeviceBuffer) -
         .unwrap()
         .i64x4([K as i64, 1, 1, 1])
         .unwrap()
-        .tensor(&d_op)
+        .tensor_out(&d_op)
         .unwrap();
     let packed = a.finish(dev).unwrap();
     assert!(packed.is_some(), "kernel_mul_mv_q8_0 is a packed kernel");
@@ -115,13 +117,17 @@ fn kernels_by_address_compute_what_kernels_by_argument_do() {
     let act = DeviceBuffer::alloc(&dev, K / 32 * Q8_1_BLOCK).unwrap();
     act.write(0, &blocks(2, K / 32, Q8_1_BLOCK)).unwrap();
 
-    let (args_by_address, by_address) = run(&dev, "-DPOLYCL_ADDR=1", &w, &act);
     let (args_by_argument, by_argument) = run(&dev, "", &w, &act);
-    assert_eq!(args_by_address, 1, "its slots are its one argument");
     assert_eq!(args_by_argument, 4, "w, act, dst and its slots");
     assert!(
         by_argument.iter().any(|&b| b != 0),
         "the kernel wrote its rows"
     );
-    assert_eq!(by_address, by_argument);
+    for mode in [BufferAddresses::All, BufferAddresses::Reads] {
+        let options = addresses::build_defines(mode);
+        assert_eq!(addresses::mode_of_options(options), mode);
+        let (args, by_address) = run(&dev, options, &w, &act);
+        assert_eq!(args, 4, "{mode:?}: the same arguments, some as addresses");
+        assert_eq!(by_address, by_argument, "{mode:?}");
+    }
 }

@@ -469,7 +469,7 @@ fn allreduce(c: &Comm, parts: &[Part]) -> Result<()> {
         // the in-order queue runs them.
         for s in &sources {
             ArgBinder::new(&l.kernel)
-                .ptr(dst.mem, dst.offset)?
+                .ptr_out(dst.mem, dst.offset)?
                 .ptr(s.mem, s.offset)?
                 .u32(elems)?;
             l.enqueue(d0)?;

@@ -23,7 +23,6 @@ use crate::passes::fuse::matmul_norm::WORK_GROUP as MVN_WG;
 use crate::runtime::executor::{Launch, Packed};
 use crate::runtime::{program, Device};
 use opencl3::memory::{Buffer, ClMem};
-use opencl3::types::cl_mem;
 
 /// Work-items a group of both bodies (AO_WG; FS_WG, MVN_WG).
 const WG: usize = 512;
@@ -34,13 +33,12 @@ const MVN_MEMS: usize = 8;
 /// Slot of MulMatAddNorm's activation offset: after w's tensor (9 slots).
 const MVN_ACT_SLOT: usize = 9;
 
-/// A pair's launch, its ticket counters (tk in attn_o.cl) and, where the
-/// two kernels take their buffers by address, its own copies of their
-/// scalars without the address slots (the pair's bodies take buffers).
+/// A pair's launch and its ticket counters (tk in attn_o.cl). The pair
+/// reads the two launches' own scalars, which hold no addresses in any mode
+/// (runtime/addresses.rs): its bodies take their buffers as arguments.
 pub struct Pair {
     pub launch: Launch,
     _tickets: Buffer<i32>,
-    _scalars: Vec<Buffer<u64>>,
 }
 
 /// Pairs of `launches`: (index of the attention launch, the pair), the
@@ -128,20 +126,10 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
         // keeps both launches.
         unsafe { kernel.set_arg(a as u32, m) }.cl("clSetKernelArg")?;
     }
-    let mut scalars = Vec::new();
-    let mut scalars_of = |p: &Packed| -> Result<cl_mem> {
-        if !p.by_address {
-            return Ok(p.params.get());
-        }
-        let b = crate::runtime::step::upload(device, &mut p.slots.clone())?;
-        let m = b.get();
-        scalars.push(b);
-        Ok(m)
-    };
-    let (pkf, pkm, tk) = (scalars_of(pf)?, scalars_of(pm)?, tickets.get());
+    let (pkf, pkm, tk) = (pf.params.get(), pm.params.get(), tickets.get());
     // SAFETY: then three buffer pointers (the packed scalars, which live with
-    // the launches or the pair, and the tickets, which live with the pair)
-    // and three ints.
+    // the launches, and the tickets, which live with the pair) and three
+    // ints.
     unsafe {
         kernel.set_arg(16, &pkf).cl("clSetKernelArg")?;
         kernel.set_arg(17, &pkm).cl("clSetKernelArg")?;
@@ -161,6 +149,5 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
             packed: None,
         },
         _tickets: tickets,
-        _scalars: scalars,
     }))
 }

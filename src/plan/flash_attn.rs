@@ -260,15 +260,15 @@ pub fn lower_split(
         "flash_attn",
         |a| {
             fa.bind_inputs(a)?;
-            a.ptr(scratch, part_off)?
-                .ptr(scratch, cnt_off)?
+            a.ptr_out(scratch, part_off)?
+                .ptr_out(scratch, cnt_off)?
                 .i32(chunk_len as i32)?
                 .i32(n_chunks as i32)?;
             fa.bind_params(a)?;
-            a.tensor(&dst)?;
+            a.tensor_out(&dst)?;
             match q8 {
-                Some(t) => a.i32(1)?.ptr(t.mem, t.offset)?,
-                None => a.i32(0)?.ptr(scratch, 0)?,
+                Some(t) => a.i32(1)?.ptr_out(t.mem, t.offset)?,
+                None => a.i32(0)?.ptr_out(scratch, 0)?,
             };
             Ok(())
         },
@@ -453,7 +453,7 @@ pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>)
         |a| {
             fa.bind_inputs(a)?;
             fa.bind_params(a)?;
-            a.tensor(&dst)?;
+            a.tensor_out(&dst)?;
             Ok(())
         },
     )?);

@@ -120,7 +120,9 @@ pub(super) fn bind_group(
 ) -> Result<()> {
     a.tensor(&ws[0])?.tensor(&ws[1])?.tensor(&ws[2])?;
     a.ptr(act.0, act.1)?;
-    a.tensor(&ds[0])?.tensor(&ds[1])?.tensor(&ds[2])?;
+    a.tensor_out(&ds[0])?
+        .tensor_out(&ds[1])?
+        .tensor_out(&ds[2])?;
     a.i64(g0)?.i64(g1)?.i32(wtypes)?;
     Ok(())
 }
@@ -200,8 +202,8 @@ pub fn lower_glu(
         "mul_mat",
         |a| {
             a.tensor(&wg)?.tensor(&wu)?.ptr(act.mem, act_off)?;
-            a.tensor(&dglu)?.tensor(&dgate)?.tensor(&dup)?;
-            a.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
+            a.tensor_out(&dglu)?.tensor_out(&dgate)?.tensor_out(&dup)?;
+            a.ptr_out(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
             scale.bind(a)
         },
     )?);

@@ -83,8 +83,13 @@ pub fn lower(
         "norm",
         |k| {
             k.tensor(&a)?.tensor(&bb)?.i32(has_add as i32)?;
-            k.tensor(&sum)?.tensor(&normed)?.tensor(&w)?.tensor(&dst)?;
-            k.f32(eps)?.ptr(q8_mem, q8_off)?.i32(q8.is_some() as i32)?;
+            k.tensor_out(&sum)?
+                .tensor_out(&normed)?
+                .tensor(&w)?
+                .tensor_out(&dst)?;
+            k.f32(eps)?
+                .ptr_out(q8_mem, q8_off)?
+                .i32(q8.is_some() as i32)?;
             Ok(())
         },
     )?);

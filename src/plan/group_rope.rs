@@ -62,9 +62,9 @@ pub fn lower(
             a.ptr(pos.mem, pos.offset)?
                 .ptr(ff.mem, ff.offset)?
                 .i32(ff_in as i32)?;
-            a.tensor(&qo)?.tensor(&ko)?.tensor(&kc)?;
+            a.tensor_out(&qo)?.tensor_out(&ko)?.tensor_out(&kc)?;
             a.ptr(kr.mem, kr.offset)?;
-            a.tensor(&vc)?.ptr(vr.mem, vr.offset)?;
+            a.tensor_out(&vc)?.ptr(vr.mem, vr.offset)?;
             a.i32(roles[0])?.i32(roles[1])?.i32(roles[2])?;
             bind_rope(a, flags, &p.rope)?;
             scale.bind(a)

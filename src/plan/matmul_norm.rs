@@ -151,9 +151,10 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
         "mul_mat",
         |a| {
             a.tensor(&w)?.ptr(act.mem, act_off)?;
-            a.ptr(res.mem, res.offset)?.ptr(o.mem, o.offset)?;
-            a.ptr(sum.mem, sum.offset)?.ptr(nw.mem, nw.offset)?;
-            a.ptr(q8.mem, q8.offset)?.ptr(scratch, ss_off as u64)?;
+            a.ptr(res.mem, res.offset)?.ptr_out(o.mem, o.offset)?;
+            a.ptr_out(sum.mem, sum.offset)?.ptr(nw.mem, nw.offset)?;
+            a.ptr_out(q8.mem, q8.offset)?
+                .ptr_out(scratch, ss_off as u64)?;
             a.i64(prev_off as i64)?
                 .i32(prev_parts)?
                 .i64(prev_n as i64)?;

@@ -427,7 +427,7 @@ pub(crate) fn bind_mm(
         .ptr(act.0, act.1)?
         .u64x4(act.2)?
         .i64x4(x.ne)?
-        .tensor(dst)?;
+        .tensor_out(dst)?;
     Ok(())
 }
 

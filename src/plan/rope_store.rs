@@ -62,12 +62,12 @@ pub fn lower(
         total,
         "rope",
         |a| {
-            a.tensor(&q)?.tensor(&qo)?.tensor(&k)?.tensor(&ko)?;
+            a.tensor(&q)?.tensor_out(&qo)?.tensor(&k)?.tensor_out(&ko)?;
             a.ptr(pos.mem, pos.offset)?
                 .ptr(ff.mem, ff.offset)?
                 .i32(p.has_freq_factors as i32)?;
-            a.tensor(&kc)?.tensor(&kr)?.i64x4(kv_ne)?;
-            a.tensor(&v)?.tensor(&vc)?.tensor(&vr)?;
+            a.tensor_out(&kc)?.tensor(&kr)?.i64x4(kv_ne)?;
+            a.tensor(&v)?.tensor_out(&vc)?.tensor(&vr)?;
             bind_rope(a, flags, p)
         },
     )?);

@@ -1,23 +1,23 @@
-//! Buffers passed to the decode kernels by device address
-//! (`POLYCL_BUFFER_ADDRESSES=1`; off by default). NVIDIA's
-//! clEnqueueNDRangeKernel costs the host ~0.4 us more for each buffer
-//! argument a kernel takes (scripts/probe/enqueue-args.c, docs/perf.md step
-//! 46), and a decode kernel takes 3-16; a 1B model's decode step, ~110
-//! launches, is bound by the host's enqueues. Where this is on, the packed
-//! kernels of the programs in program.rs `BY_ADDRESS` are built with
-//! POLYCL_ADDR (common.cl `PK_SIG`): their one argument is their slots, the
-//! first of which hold the addresses of the buffers they use, written on the
-//! device when the plan binds the launch (`kernel_pk_addresses`), from
-//! buffer arguments, so that each address is the one the driver itself
+//! Buffers passed to the decode kernels by device address (on by default
+//! where the device allows it; `POLYCL_BUFFER_ADDRESSES=0` turns it off,
+//! `reads` keeps the buffers a kernel writes as arguments). NVIDIA's
+//! clEnqueueNDRangeKernel costs the host ~0.4 us for each buffer argument a
+//! kernel takes and ~0.05 us for each ulong (scripts/probe/enqueue-args.c,
+//! docs/perf.md steps 46-47), and a decode kernel takes 3-16 buffers; a 1B
+//! model's decode step, ~110 launches, is bound by the host's enqueues.
+//! The packed kernels of the programs in program.rs `BY_ADDRESS` are built
+//! with POLYCL_ADDR (common.cl `PK_SIG`): each of their buffers (with
+//! `reads`, each buffer they only read) is a ulong argument, its device
+//! address, which `resolve` reads back from the device once when a plan
+//! binds the launch. The addresses come from a kernel given the buffers as
+//! arguments (`kernel_pk_addresses`), so each is the one the driver itself
 //! gives kernels.
 //!
-//! On the H200 (step 46) this halved the host's time a 1B token (1239 ->
-//! 664 us) but made the GPU's longer: with every packed kernel by address,
-//! the attention kernels held 207 registers instead of 168 and a 7B token
-//! took 4-9% longer. The attention programs now keep their buffer
-//! arguments, and a 7B token still takes ~7% longer (step 47: the bodies
-//! are not slower back to back, and read-only slots do not help), so the
-//! default stays off.
+//! On the H200 (docs/perf.md step 48) this took the 1B's host enqueue time
+//! a token from ~790-1050 us to ~620-775 and left the GPU's time as it was:
+//! the 7B ran at 446 t/s against 444 with buffer arguments. The addresses
+//! in slots of the scalar buffer instead (steps 46-47) had made a 7B token
+//! ~7% longer and the attention kernels 207 registers instead of 168.
 //!
 //! OpenCL does not promise that a buffer keeps one address: a driver may
 //! move a buffer between the devices of a context, and it would not know
@@ -27,6 +27,7 @@
 
 use super::device::Device;
 use super::executor::enqueue_without_event;
+use crate::config::BufferAddresses;
 use crate::error::{ClContext, Error, Result};
 use crate::log;
 use opencl3::command_queue as cq;
@@ -40,16 +41,45 @@ const SOURCE: &str = include_str!("kernels/addresses.cl");
 /// Buffer arguments of one `kernel_pk_addresses` launch.
 const PER_LAUNCH: usize = 16;
 
-/// The device's kernel that writes addresses into slots, where kernels take
-/// buffers by address; its arguments are set and enqueued under the lock.
+/// The device's kernel that writes buffers' addresses into a buffer, where
+/// kernels take buffers by address; its arguments are set and enqueued under
+/// the lock.
 pub(crate) struct Patcher {
     kernel: Mutex<Kernel>,
+    mode: BufferAddresses,
 }
 
-/// Whether `device`'s packed kernels take their buffers by address: decided
-/// once, before the first program that holds them is built.
+/// Which buffers `device`'s packed kernels take by address: decided once,
+/// before the first program that holds them is built.
+pub fn mode(device: &Device) -> BufferAddresses {
+    patcher(device).map_or(BufferAddresses::Off, |p| p.mode)
+}
+
+/// Whether `device`'s packed kernels take any buffer by address.
 pub fn on(device: &Device) -> bool {
     patcher(device).is_some()
+}
+
+/// The build options of a program whose packed kernels take buffers by
+/// address in `mode` (common.cl PK_SIG); empty for `Off`.
+pub fn build_defines(mode: BufferAddresses) -> &'static str {
+    match mode {
+        BufferAddresses::Off => "",
+        BufferAddresses::All => "-DPOLYCL_ADDR=1",
+        BufferAddresses::Reads => "-DPOLYCL_ADDR=1 -DPOLYCL_ADDR_READS=1",
+    }
+}
+
+/// The mode a program was built in, from its build options: what its packed
+/// kernels take by address, wherever the program came from.
+pub fn mode_of_options(options: &str) -> BufferAddresses {
+    if !options.contains("-DPOLYCL_ADDR=1") {
+        BufferAddresses::Off
+    } else if options.contains("-DPOLYCL_ADDR_READS=1") {
+        BufferAddresses::Reads
+    } else {
+        BufferAddresses::All
+    }
 }
 
 fn patcher(device: &Device) -> Option<&Patcher> {
@@ -57,33 +87,41 @@ fn patcher(device: &Device) -> Option<&Patcher> {
         .addresses
         .get_or_init(|| {
             let asked = crate::config::get().buffer_addresses;
-            if asked != Some(true) {
+            let mode = asked.unwrap_or_default();
+            if mode == BufferAddresses::Off {
                 return None;
             }
-            let alone = device.context.devices().len() == 1;
-            if !alone {
-                log::warn(&format!(
-                    "{}: POLYCL_BUFFER_ADDRESSES=1 ignored: the device shares its OpenCL \
-                     context with others, where a driver may move buffers between them",
-                    device.name
-                ));
+            // Said as a warning only where POLYCL_BUFFER_ADDRESSES asked for
+            // addresses; by default, buffer arguments are a quiet fallback.
+            let fallback = |why: String| {
+                let line = format!("{}: buffers stay kernel arguments: {why}", device.name);
+                if asked.is_some() {
+                    log::warn(&line)
+                } else {
+                    log::debug(&line)
+                }
+            };
+            if device.context.devices().len() != 1 {
+                fallback(
+                    "the device shares its OpenCL context with others, where a driver may \
+                     move buffers between them"
+                        .into(),
+                );
                 return None;
             }
             match check(device) {
                 Ok(kernel) => {
                     log::debug(&format!(
-                        "{}: decode kernels take their buffers by address",
+                        "{}: decode kernels take their buffers by address ({mode:?})",
                         device.name
                     ));
                     Some(Patcher {
                         kernel: Mutex::new(kernel),
+                        mode,
                     })
                 }
                 Err(e) => {
-                    log::warn(&format!(
-                        "{}: buffers stay kernel arguments; the address check failed: {e}",
-                        device.name
-                    ));
+                    fallback(format!("the address check failed: {e}"));
                     None
                 }
             }
@@ -91,16 +129,39 @@ fn patcher(device: &Device) -> Option<&Patcher> {
         .as_ref()
 }
 
-/// Writes the addresses of `mems` into `pk`'s first slots, on the device's
-/// queue, so that every later command sees them.
-pub fn write(device: &Device, pk: cl_mem, mems: &[cl_mem]) -> Result<()> {
+/// The device addresses of `mems`, in order: written by the device into a
+/// buffer and read back (blocking; a plan binds its launches once).
+pub fn resolve(device: &Device, mems: &[cl_mem]) -> Result<Vec<u64>> {
     let p = patcher(device).ok_or_else(|| {
         Error::Unsupported(format!(
             "{}: a kernel built for buffers by address, on a device without them",
             device.name
         ))
     })?;
-    enqueue_writes(device, &p.kernel.lock(), pk, mems)
+    let mut addresses = vec![0u64; mems.len()];
+    let slots = super::step::upload(device, &mut addresses)?;
+    enqueue_writes(device, &p.kernel.lock(), slots.get(), mems)?;
+    read_blocking(device, slots.get(), &mut addresses)?;
+    Ok(addresses)
+}
+
+/// Reads `out.len()` values from the start of `mem`, waiting for them.
+fn read_blocking<T>(device: &Device, mem: cl_mem, out: &mut [T]) -> Result<()> {
+    // SAFETY: `out` is a live host array of out.len() values and the read is
+    // blocking, so OpenCL is done with it when this returns.
+    let ev = unsafe {
+        cq::enqueue_read_buffer(
+            device.queue()?.get(),
+            mem,
+            opencl3::types::CL_BLOCKING,
+            0,
+            std::mem::size_of_val(out),
+            out.as_mut_ptr() as *mut c_void,
+            0,
+            std::ptr::null(),
+        )
+    };
+    super::buffer::finish_event(ev, "clEnqueueReadBuffer")
 }
 
 fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem]) -> Result<()> {
@@ -135,8 +196,9 @@ fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem])
     Ok(())
 }
 
-/// Builds the kernels, then copies a buffer through addresses alone and
-/// checks every value: the device's answer to whether a kernel can reach a
+/// Builds the kernels, then copies a buffer through addresses alone, read
+/// back to the host and passed as ulong arguments as `resolve` gives them to
+/// the decode kernels, and checks every value: the device's answer to whether a kernel can reach a
 /// buffer it was not given.
 fn check(device: &Device) -> Result<Kernel> {
     let program = super::program::build_source_with(device, "addresses", SOURCE, "")?;
@@ -154,14 +216,18 @@ fn check(device: &Device) -> Result<Kernel> {
     let mut src: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let src_buf = super::step::upload(device, &mut src)?;
     let dst_buf = super::step::upload(device, &mut vec![0f32; N])?;
-    let pk = super::step::upload(device, &mut [0u64; 2])?;
-    enqueue_writes(device, &patch, pk.get(), &[src_buf.get(), dst_buf.get()])?;
-    let p = pk.get();
-    // SAFETY: kernel_address_check's one parameter is a buffer pointer.
-    unsafe { copy.set_arg(0, &p) }.cl("clSetKernelArg")?;
+    let mut addresses = [0u64; 2];
+    let slots = super::step::upload(device, &mut addresses)?;
+    enqueue_writes(device, &patch, slots.get(), &[src_buf.get(), dst_buf.get()])?;
+    read_blocking(device, slots.get(), &mut addresses)?;
+    // SAFETY: kernel_address_check's parameters are two ulongs.
+    unsafe {
+        copy.set_arg(0, &addresses[0]).cl("clSetKernelArg")?;
+        copy.set_arg(1, &addresses[1]).cl("clSetKernelArg")?;
+    }
     let (global, local) = ([N, 1, 1], [64usize, 1, 1]);
-    // SAFETY: the argument is set and pk, src and dst live to the end of
-    // this function, after the blocking read below.
+    // SAFETY: the arguments are set and src and dst live to the end of this
+    // function, after the blocking read below.
     unsafe {
         enqueue_without_event(
             device.queue()?.get(),
@@ -172,21 +238,7 @@ fn check(device: &Device) -> Result<Kernel> {
         )?;
     }
     let mut out = vec![0f32; N];
-    // SAFETY: `out` is a live host array of N floats and the read is
-    // blocking, so OpenCL is done with it when this returns.
-    let ev = unsafe {
-        cq::enqueue_read_buffer(
-            device.queue()?.get(),
-            dst_buf.get(),
-            opencl3::types::CL_BLOCKING,
-            0,
-            N * 4,
-            out.as_mut_ptr() as *mut c_void,
-            0,
-            std::ptr::null(),
-        )
-    };
-    super::buffer::finish_event(ev, "clEnqueueReadBuffer")?;
+    read_blocking(device, dst_buf.get(), &mut out)?;
     let wrong = (0..N).filter(|&i| out[i] != 2.0 * i as f32 + 1.0).count();
     if wrong > 0 {
         return Err(Error::Unsupported(format!(

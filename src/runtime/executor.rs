@@ -3,11 +3,12 @@
 
 use super::buffer::finish_event;
 use super::device::Device;
+use crate::config::BufferAddresses;
 use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
 use opencl3::event::Event;
 use opencl3::kernel::Kernel;
-use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE};
+use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY};
 use opencl3::types::cl_mem;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,19 +40,18 @@ pub struct ArgBinder<'k> {
     pack: Option<Vec<u64>>,
     /// A packed kernel's buffer arguments, in order (for the step kernel).
     mems: Vec<cl_mem>,
+    /// Whether the kernel writes each of `mems` (common.cl PK_SIG's W).
+    written: Vec<bool>,
 }
 
 /// What a packed kernel was bound with: the uploaded scalars, and the same
 /// buffers and slots again for the step kernel (runtime/step.rs), which runs
 /// the kernel's body as one phase of a longer launch.
 pub struct Packed {
-    /// What the kernel reads: `slots`, after one address slot per buffer
-    /// where `by_address`.
+    /// `slots`, uploaded: the kernel's last argument.
     pub params: Buffer<u64>,
     pub mems: Vec<cl_mem>,
     pub slots: Vec<u64>,
-    /// The kernel takes its buffers by address (runtime/addresses.rs).
-    pub by_address: bool,
 }
 
 impl<'k> ArgBinder<'k> {
@@ -65,68 +65,65 @@ impl<'k> ArgBinder<'k> {
             num_args: kernel.num_args().unwrap_or(u32::MAX),
             pack: packed.then(Vec::new),
             mems: Vec::new(),
+            written: Vec::new(),
         }
     }
     /// Binds a packed kernel's buffers and scalars (a no-op for other
     /// kernels) and returns the buffer that holds the scalars, which must live
-    /// as long as the launch. On a device whose kernels take buffers by
-    /// address (runtime/addresses.rs) the addresses go in front of the
-    /// scalars, written there on the device.
+    /// as long as the launch. A kernel built to take buffers by address
+    /// (runtime/addresses.rs) gets their device addresses as ulong arguments
+    /// in their places.
     pub fn finish(mut self, device: &Device) -> Result<Option<Packed>> {
         let Some(mut slots) = self.pack.take() else {
             return Ok(None);
         };
-        // A kernel built for addresses takes its slots alone (common.cl
-        // PK_SIG); every packed kernel names at least one buffer.
-        let by_args = self.num_args as usize == self.mems.len() + 1;
-        let by_address = !by_args && self.num_args == 1 && super::addresses::on(device);
-        if !by_args && !by_address {
+        // Buffers, then the slots (common.cl PK_SIG), in every mode.
+        if self.num_args as usize != self.mems.len() + 1 {
             return Err(self.arity_error());
         }
         if slots.is_empty() {
             slots.push(0);
         }
-        let mut params = if by_address {
-            let mut all = vec![0u64; self.mems.len()];
-            all.extend_from_slice(&slots);
-            all
-        } else {
-            slots.clone()
+        let mode = super::program::address_mode(device, self.kernel)?;
+        let by_address = |written: bool| match mode {
+            BufferAddresses::Off => false,
+            BufferAddresses::All => true,
+            BufferAddresses::Reads => !written,
         };
-        // SAFETY: `params` is a live host array of params.len() u64s, copied
+        let addresses = if self.written.iter().any(|&w| by_address(w)) {
+            super::addresses::resolve(device, &self.mems)?
+        } else {
+            Vec::new()
+        };
+        for (i, (m, &w)) in self.mems.iter().zip(&self.written).enumerate() {
+            let set = if by_address(w) {
+                // SAFETY: this parameter is a ulong address where the kernel
+                // was built for it (common.cl PK_ARG_ADDR; arity checked above).
+                unsafe { self.kernel.set_arg(i as u32, &addresses[i]) }
+            } else {
+                // SAFETY: this parameter is the buffer's pointer.
+                unsafe { self.kernel.set_arg(i as u32, m) }
+            };
+            set.cl("clSetKernelArg")?;
+        }
+        // SAFETY: `slots` is a live host array of slots.len() u64s, copied
         // by OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
         let buf = unsafe {
             Buffer::<u64>::create(
                 &device.context,
-                if by_address {
-                    CL_MEM_READ_WRITE
-                } else {
-                    CL_MEM_READ_ONLY
-                } | CL_MEM_COPY_HOST_PTR,
-                params.len(),
-                params.as_mut_ptr() as *mut c_void,
+                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                slots.len(),
+                slots.as_mut_ptr() as *mut c_void,
             )
         }
         .cl("clCreateBuffer")?;
         let mem = buf.get();
-        if by_address {
-            // SAFETY: the kernel's one parameter is a buffer pointer.
-            unsafe { self.kernel.set_arg(0, &mem) }.cl("clSetKernelArg")?;
-            super::addresses::write(device, mem, &self.mems)?;
-        } else {
-            for (i, m) in self.mems.iter().enumerate() {
-                // SAFETY: a packed kernel's parameters are its buffer pointers,
-                // in binding order, then its slots (checked above).
-                unsafe { self.kernel.set_arg(i as u32, m) }.cl("clSetKernelArg")?;
-            }
-            // SAFETY: as above: the last parameter, a buffer pointer.
-            unsafe { self.kernel.set_arg(self.mems.len() as u32, &mem) }.cl("clSetKernelArg")?;
-        }
+        // SAFETY: the last parameter, a buffer pointer.
+        unsafe { self.kernel.set_arg(self.mems.len() as u32, &mem) }.cl("clSetKernelArg")?;
         Ok(Some(Packed {
             params: buf,
             mems: self.mems,
             slots,
-            by_address,
         }))
     }
     /// A scalar: its slots when packed, else the value as one argument.
@@ -139,11 +136,16 @@ impl<'k> ArgBinder<'k> {
             None => self.raw(v),
         }
     }
-    /// A buffer argument; a packed kernel's are bound by `finish`, which
-    /// knows whether the kernel takes them by address.
+    /// A buffer argument that the kernel only reads; a packed kernel's are
+    /// bound by `finish`, which knows whether the kernel takes them by
+    /// address.
     fn mem(&mut self, mem: &cl_mem) -> Result<&mut Self> {
+        self.mem_of(mem, false)
+    }
+    fn mem_of(&mut self, mem: &cl_mem, written: bool) -> Result<&mut Self> {
         if self.pack.is_some() {
             self.mems.push(*mem);
+            self.written.push(written);
             return Ok(self);
         }
         self.raw(mem)
@@ -173,9 +175,18 @@ impl<'k> ArgBinder<'k> {
         Ok(self)
     }
     /// TENSOR/CTENSOR: pointer, offset, ne (long4), nb (ulong4); packed
-    /// (PTENSOR + PK_TENSOR): the pointer, then 9 slots.
+    /// (PTENSOR + PK_TENSOR): the pointer, then 9 slots. A tensor the kernel
+    /// reads; `tensor_out` for one it writes.
     pub fn tensor(&mut self, t: &Operand) -> Result<&mut Self> {
-        self.mem(&t.mem)?;
+        self.tensor_of(t, false)
+    }
+    /// `tensor`, for a tensor the kernel writes (a packed kernel's W buffer,
+    /// common.cl PK_SIG).
+    pub fn tensor_out(&mut self, t: &Operand) -> Result<&mut Self> {
+        self.tensor_of(t, true)
+    }
+    fn tensor_of(&mut self, t: &Operand, written: bool) -> Result<&mut Self> {
+        self.mem_of(&t.mem, written)?;
         if let Some(pack) = self.pack.as_mut() {
             pack.push(t.offset);
             pack.extend(t.ne.map(|x| x as u64));
@@ -184,9 +195,13 @@ impl<'k> ArgBinder<'k> {
         }
         self.raw(&t.offset)?.raw(&t.ne)?.raw(&t.nb)
     }
-    /// A pointer and a byte offset.
+    /// A pointer and a byte offset, of memory the kernel reads.
     pub fn ptr(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
         self.mem(&mem)?.scalar(&[offset], &offset)
+    }
+    /// `ptr`, of memory the kernel writes.
+    pub fn ptr_out(&mut self, mem: cl_mem, offset: u64) -> Result<&mut Self> {
+        self.mem_of(&mem, true)?.scalar(&[offset], &offset)
     }
     pub fn i32(&mut self, v: i32) -> Result<&mut Self> {
         self.scalar(&[v as u32 as u64], &v)

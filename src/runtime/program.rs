@@ -2,6 +2,7 @@
 //! OpenCL C sources and cached; a failed build is an error carrying the log.
 
 use super::device::Device;
+use crate::config::BufferAddresses;
 use crate::error::{ClContext, Error, Result};
 use crate::log;
 use opencl3::kernel::Kernel;
@@ -95,12 +96,17 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
 ];
 
 /// Programs whose packed kernels take their buffers by address where the
-/// device allows it (runtime/addresses.rs). Not the attention programs: on
-/// the H200 their kernels held more registers that way (kernel_fa_vec_d128
-/// 207 against 168, so two work-groups an SM instead of three), and with
-/// them by address a 7B decode token took 4-9% longer (docs/perf.md step 46;
-/// without them, still ~7%: step 47).
-const BY_ADDRESS: &[&str] = &["mul_mv", "group_rope", "fused_norm", "rope_store"];
+/// device allows it (runtime/addresses.rs): every program that holds a
+/// packed kernel but the step-mode ones (attn_o), whose bodies are functions
+/// of their buffers.
+const BY_ADDRESS: &[&str] = &[
+    "mul_mv",
+    "group_rope",
+    "fused_norm",
+    "rope_store",
+    "fa_split",
+    "fa_gqa",
+];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in
 /// common.cl; ArgBinder says why): the ones a decode step launches.
@@ -227,6 +233,23 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
         t.elapsed()
     ));
     Ok(device.programs.lock().entry(name).or_insert(built).clone())
+}
+
+/// Which buffers `kernel` takes by address (common.cl PK_SIG), from the
+/// build options of its program, so that a program built anywhere (a test's
+/// own, say) answers as well as the ones `program` builds.
+pub fn address_mode(device: &Device, kernel: &Kernel) -> Result<BufferAddresses> {
+    if !super::addresses::on(device) {
+        return Ok(BufferAddresses::Off);
+    }
+    let program = kernel.program().cl("clGetKernelInfo")?;
+    let options = opencl3::program::get_program_build_info(
+        program,
+        device.cl.id(),
+        opencl3::program::CL_PROGRAM_BUILD_OPTIONS,
+    )
+    .map_err(|status| Error::OpenCl("clGetProgramBuildInfo", status))?;
+    Ok(super::addresses::mode_of_options(&String::from(options)))
 }
 
 /// A kernel object from program `program_name`.

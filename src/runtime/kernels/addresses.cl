@@ -1,8 +1,8 @@
 // Buffers reached through their device addresses (runtime/addresses.rs): a
-// packed kernel built with POLYCL_ADDR takes one buffer argument, its slots,
-// whose first slots hold the addresses of the buffers it reads and writes.
-// This kernel writes those slots, once when a plan binds the launch, from
-// buffer arguments, so the addresses are the ones the driver gives kernels.
+// packed kernel built with POLYCL_ADDR takes its buffers as ulong arguments,
+// their addresses. This kernel writes those addresses, for the host to read
+// back once when a plan binds the launch, from buffer arguments, so the
+// addresses are the ones the driver gives kernels.
 //
 // pk[first + i] = the address of m<i>, for i < n (at most 16 a launch).
 kernel void kernel_pk_addresses(__global ulong *pk, uint first, uint n, __global char *m0,
@@ -17,11 +17,11 @@ kernel void kernel_pk_addresses(__global ulong *pk, uint first, uint n, __global
 }
 
 // The check a device passes before its kernels take addresses: reads
-// through pk[0] and writes through pk[1], launched after kernel_pk_addresses
-// filled them.
-kernel void kernel_address_check(__global const ulong *pk) {
+// through one address and writes through the other, as kernel_pk_addresses
+// wrote them and the host read them back.
+kernel void kernel_address_check(ulong src_addr, ulong dst_addr) {
     const size_t i = get_global_id(0);
-    const __global float *src = (const __global float *)pk[0];
-    __global float *dst = (__global float *)pk[1];
+    const __global float *src = (const __global float *)src_addr;
+    __global float *dst = (__global float *)dst_addr;
     dst[i] = 2.0f * src[i] + 1.0f;
 }

@@ -19,27 +19,44 @@
 // slots then come through the L1 data cache instead of the constant cache,
 // and why that is faster was not measured further).
 //
-// A packed kernel's buffer arguments are one list, a macro L(B) that applies
-// B(type, name) to each (`__global type *name`), given twice: to PK_SIG(L),
-// its signature, and to PK_BEGIN_BUFS(L), which begins its body. Built with
+// A packed kernel's buffer arguments are one list, a macro L(R, W) that
+// applies R(type, name) to each buffer it only reads and W(type, name) to
+// each it writes (`__global type *name`), given twice: to PK_SIG(L), its
+// signature, and to PK_BEGIN_BUFS(L), which begins its body. Built with
 // POLYCL_ADDR, on a device where kernels may reach a buffer through its
-// address as an integer (runtime/addresses.rs), the signature is `pk` alone
-// and PK_BEGIN_BUFS declares each pointer from a slot of its own at the
-// front of `pk`: NVIDIA's enqueue costs ~0.4 us more per buffer argument
-// (docs/perf.md step 46), and a decode kernel takes 3-16 of them. Step mode
-// (below) ignores POLYCL_ADDR: its bodies are functions of their buffers.
+// address as an integer (runtime/addresses.rs), a buffer is a `ulong
+// name_addr` argument instead, which PK_BEGIN_BUFS casts back to the
+// pointer: NVIDIA's enqueue costs ~0.4 us more per buffer argument and ~0.05
+// us per ulong (docs/perf.md steps 46-47), and a decode kernel takes 3-16
+// buffers. With POLYCL_ADDR_READS, only the buffers a kernel reads come as
+// addresses and the ones it writes stay buffer arguments. The arguments
+// keep their order and count in every mode. Step mode (below) ignores
+// POLYCL_ADDR: its bodies are functions of their buffers.
 // (OpenCL C 1.2 has no variadic macros, hence the list as a macro.)
 #define PTENSOR(t)  __global char *t
 #define PCTENSOR(t) __global const char *t
+#define PK_ARG_BUF(T, n) __global T *n,
+#define PK_BIND_BUF(T, n)
+#define PK_ARG_ADDR(T, n) ulong n##_addr,
+#define PK_BIND_ADDR(T, n) __global T *n = (__global T *)n##_addr;
 #if !defined(POLYCL_ADDR) || defined(POLYCL_STEP)
-#define PK_ARG(T, n) __global T *n,
-#define PK_BIND(T, n)
+#define PK_ARG_R PK_ARG_BUF
+#define PK_BIND_R PK_BIND_BUF
+#define PK_ARG_W PK_ARG_BUF
+#define PK_BIND_W PK_BIND_BUF
+#elif defined(POLYCL_ADDR_READS)
+#define PK_ARG_R PK_ARG_ADDR
+#define PK_BIND_R PK_BIND_ADDR
+#define PK_ARG_W PK_ARG_BUF
+#define PK_BIND_W PK_BIND_BUF
 #else
-#define PK_ARG(T, n)
-#define PK_BIND(T, n) __global T *n = (__global T *)pk[pk_i++];
+#define PK_ARG_R PK_ARG_ADDR
+#define PK_BIND_R PK_BIND_ADDR
+#define PK_ARG_W PK_ARG_ADDR
+#define PK_BIND_W PK_BIND_ADDR
 #endif
-#define PK_SIG(L) L(PK_ARG) PK_PARAMS
-#define PK_BEGIN_BUFS(L) PK_BEGIN L(PK_BIND)
+#define PK_SIG(L) L(PK_ARG_R, PK_ARG_W) PK_PARAMS
+#define PK_BEGIN_BUFS(L) PK_BEGIN L(PK_BIND_R, PK_BIND_W)
 #ifndef POLYCL_STEP
 #define PK_PARAMS __global const ulong *restrict pk
 #define PK_BEGIN int pk_i = 0;

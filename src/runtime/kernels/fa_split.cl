@@ -216,9 +216,9 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
 
 // The split kernels' signature, and their scalars and frame (which query
 // row, chunk, head and KV head this group computes), the same for both.
-#define FA_SPLIT_BUFS(B)                                                                    \
-    B(const char, q) B(const char, k) B(const char, v) B(const char, mask) B(float, part)   \
-    B(uint, cnt) B(char, dst) B(char, q8)
+#define FA_SPLIT_BUFS(R, W)                                                                 \
+    R(const char, q) R(const char, k) R(const char, v) R(const char, mask) W(float, part)   \
+    W(uint, cnt) W(char, dst) W(char, q8)
 #define FA_SPLIT_ARGS PK_SIG(FA_SPLIT_BUFS)
 #define FA_SPLIT_UNPACK                                                                     \
     PK_BEGIN_BUFS(FA_SPLIT_BUFS)                                                            \

@@ -22,9 +22,9 @@
 #define FN_BATCH 8
 
 // Both kernels' buffer arguments (PK_SIG, PK_BEGIN_BUFS in common.cl).
-#define FUSED_NORM_BUFS(B)                                                                  \
-    B(const char, a) B(const char, b) B(char, sum) B(char, normed) B(const char, w)         \
-    B(char, dst) B(char, q8)
+#define FUSED_NORM_BUFS(R, W)                                                               \
+    R(const char, a) R(const char, b) W(char, sum) W(char, normed) R(const char, w)         \
+    W(char, dst) W(char, q8)
 
 #ifndef POLYCL_STEP
 kernel void kernel_fused_rms_norm(PK_SIG(FUSED_NORM_BUFS)) {

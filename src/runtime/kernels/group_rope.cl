@@ -28,10 +28,10 @@
     PK_INT(role_k) PK_INT(role_v) PK_INT(flags) PK_INT(n_dims) PK_FLOAT(theta_scale)        \
     PK_FLOAT(freq_scale) PK_FLOAT(ext_factor) PK_FLOAT(attn_factor) PK_FLOAT(corr0)         \
     PK_FLOAT(corr1)
-#define MV_GROUP_ROPE_BUFS(B)                                                               \
-    B(const char, w0) B(const char, w1) B(const char, w2) B(const char, act) B(char, d0)    \
-    B(char, d1) B(char, d2) B(const char, pos) B(const char, ff) B(char, qo) B(char, ko)    \
-    B(char, kc) B(const char, kr) B(char, vc) B(const char, vr) MV_NORM_BUF(B)
+#define MV_GROUP_ROPE_BUFS(R, W)                                                            \
+    R(const char, w0) R(const char, w1) R(const char, w2) R(const char, act) W(char, d0)    \
+    W(char, d1) W(char, d2) R(const char, pos) R(const char, ff) W(char, qo) W(char, ko)    \
+    W(char, kc) R(const char, kr) W(char, vc) R(const char, vr) MV_NORM_BUF(R)
 #define MV_GROUP_ROPE_KERNEL(NAME, ROWDOT2, EARLY, LATE)                                     \
 kernel void NAME(PK_SIG(MV_GROUP_ROPE_BUFS)) {                                              \
     PK_BEGIN_BUFS(MV_GROUP_ROPE_BUFS)                                                       \

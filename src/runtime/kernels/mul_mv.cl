@@ -215,7 +215,7 @@ MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
 // rows in one pass (mv_row2_*), so twice the weight loads are in flight and
 // the activation is loaded once for both; MV_ROWS row groups a work-group.
 // global {ceil(ne01 / (2 * MV_ROWS)) * MV_ROWS * MV_LANES, ne11, ne12 * ne13}.
-#define MV2_BUFS(B) B(const char, w) B(const char, act) B(char, dst)
+#define MV2_BUFS(R, W) R(const char, w) R(const char, act) W(char, dst)
 #define MV2_KERNEL(NAME, ROWDOT2)                                                           \
 kernel void NAME(PK_SIG(MV2_BUFS)) {                                                        \
     PK_BEGIN_BUFS(MV2_BUFS)                                                                 \
@@ -258,7 +258,7 @@ MV2_KERNEL(kernel_mul_mv_q6_k, mv_row2_q6_K)
 // products (mv_norm_prefetch: no round trip of its own at the end) and
 // summed after them (mv_norm_rsqrt); every work-item calls both, since
 // warp_sum holds barriers off NVIDIA.
-#define MV_NORM_BUF(B) B(const char, dn)
+#define MV_NORM_BUF(R) R(const char, dn)
 #define PK_MV_NORM PK_ULONG(dn_off) PK_INT(dn_parts) PK_LONG(dn_n) PK_FLOAT(dn_eps)
 inline float8 mv_norm_prefetch(const __global char *dn, int parts, int lane) {
     const __global float *p = (const __global float *)dn;
@@ -335,9 +335,9 @@ inline float2 mv_row2_mixed(int t, const __global char *w0, const __global char 
 // work-group (two a row group, as MV2_KERNEL); matrix 0 takes the first g0
 // work-groups, matrix 1 the next g1, matrix 2 the rest.
 // global {(g0 + g1 + g2) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
-#define MV_GROUP_BUFS(B)                                                                    \
-    B(const char, w0) B(const char, w1) B(const char, w2) B(const char, act) B(char, d0)    \
-    B(char, d1) B(char, d2) MV_NORM_BUF(B)
+#define MV_GROUP_BUFS(R, W)                                                                 \
+    R(const char, w0) R(const char, w1) R(const char, w2) R(const char, act) W(char, d0)    \
+    W(char, d1) W(char, d2) MV_NORM_BUF(R)
 #define MV_GROUP_KERNEL(NAME, ROWDOT2)                                                       \
 kernel void NAME(PK_SIG(MV_GROUP_BUFS)) {                                                   \
     PK_BEGIN_BUFS(MV_GROUP_BUFS)                                                            \
@@ -372,9 +372,9 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 #define GLU_WARPS 8
 #endif
 #define GLU_ROWS 32
-#define MV_GLU_BUFS(B)                                                                      \
-    B(const char, wg) B(const char, wu) B(const char, act) B(char, dglu) B(char, dgate)     \
-    B(char, dup) B(char, q8) MV_NORM_BUF(B)
+#define MV_GLU_BUFS(R, W)                                                                   \
+    R(const char, wg) R(const char, wu) R(const char, act) W(char, dglu) W(char, dgate)     \
+    W(char, dup) W(char, q8) MV_NORM_BUF(R)
 #define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
 kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                                     \
     PK_BEGIN_BUFS(MV_GLU_BUFS)                                                              \

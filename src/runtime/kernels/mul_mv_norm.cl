@@ -39,9 +39,9 @@
 #define MVN_WARPS 16
 #define MVN_WG (MVN_WARPS * MV_LANES)
 
-#define MV_NORM_BUFS(B)                                                                     \
-    B(const char, w) B(const char, act) B(const char, res) B(char, o) B(char, sum)          \
-    B(const char, nw) B(char, q8) B(char, ss)
+#define MV_NORM_BUFS(R, W)                                                                  \
+    R(const char, w) R(const char, act) R(const char, res) W(char, o) W(char, sum)          \
+    R(const char, nw) W(char, q8) W(char, ss)
 #define MV_NORM_KERNEL(NAME, ROWDOT2)                                                       \
 kernel void NAME(PK_SIG(MV_NORM_BUFS)) {                                                    \
     PK_BEGIN_BUFS(MV_NORM_BUFS)                                                             \

@@ -69,10 +69,10 @@ inline int rs_pair(long j, int n_dims, int neox, long *e0, long *e1) {
     return 1;
 }
 
-#define ROPE_STORE_BUFS(B)                                                                  \
-    B(const char, q) B(char, qo) B(const char, k) B(char, ko) B(const char, pos)            \
-    B(const char, ff) B(char, kc) B(const char, kr) B(const char, v) B(char, vc)            \
-    B(const char, vr)
+#define ROPE_STORE_BUFS(R, W)                                                               \
+    R(const char, q) W(char, qo) R(const char, k) W(char, ko) R(const char, pos)            \
+    R(const char, ff) W(char, kc) R(const char, kr) R(const char, v) W(char, vc)            \
+    R(const char, vr)
 kernel void kernel_rope_store_f32(PK_SIG(ROPE_STORE_BUFS)) {
     PK_BEGIN_BUFS(ROPE_STORE_BUFS)
     PK_TENSOR(q) PK_TENSOR(qo) PK_TENSOR(k) PK_TENSOR(ko) PK_ULONG(pos_off)
