@@ -20,7 +20,7 @@
 use crate::config;
 use crate::error::{ClContext, Result};
 use crate::passes::fuse::matmul_norm::WORK_GROUP as MVN_WG;
-use crate::runtime::executor::{Launch, Packed};
+use crate::runtime::executor::{set_buffers, Launch, Packed};
 use crate::runtime::{program, Device};
 use opencl3::memory::{Buffer, ClMem};
 
@@ -34,8 +34,8 @@ const MVN_MEMS: usize = 8;
 const MVN_ACT_SLOT: usize = 9;
 
 /// A pair's launch and its ticket counters (tk in attn_o.cl). The pair
-/// reads the two launches' own scalars, which hold no addresses in any mode
-/// (runtime/addresses.rs): its bodies take their buffers as arguments.
+/// reads the two launches' own scalars and takes their buffers, as they do:
+/// by address where the device takes them so (runtime/addresses.rs).
 pub struct Pair {
     pub launch: Launch,
     _tickets: Buffer<i32>,
@@ -119,13 +119,13 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
     }
     let kernel = program::kernel(device, "attn_o", &format!("kernel_attn_o_{q}_{d}"))?;
     let tickets = crate::runtime::step::upload(device, &mut [0i32; 4])?;
-    let mems = pf.mems.iter().chain(pm.mems.iter());
-    for (a, m) in mems.enumerate() {
-        // SAFETY: the first 16 parameters are buffers, in the order of the
-        // two kernels' own; the memory objects live with the plan, which
-        // keeps both launches.
-        unsafe { kernel.set_arg(a as u32, m) }.cl("clSetKernelArg")?;
-    }
+    // The first 16 parameters are the two kernels' buffers in their order
+    // (attn_o.cl AO_BUFS), by address where the pair's program was built so;
+    // the memory objects live with the plan, which keeps both launches.
+    let mems: Vec<_> = pf.mems.iter().chain(&pm.mems).copied().collect();
+    let written: Vec<_> = pf.written.iter().chain(&pm.written).copied().collect();
+    let mode = program::address_mode(device, &kernel)?;
+    set_buffers(device, &kernel, mode, 0, &mems, &written)?;
     let (pkf, pkm, tk) = (pf.params.get(), pm.params.get(), tickets.get());
     // SAFETY: then three buffer pointers (the packed scalars, which live with
     // the launches, and the tickets, which live with the pair) and three

@@ -51,6 +51,8 @@ pub struct Packed {
     /// `slots`, uploaded: the kernel's last argument.
     pub params: Buffer<u64>,
     pub mems: Vec<cl_mem>,
+    /// Whether the kernel writes each of `mems`.
+    pub written: Vec<bool>,
     pub slots: Vec<u64>,
 }
 
@@ -85,27 +87,7 @@ impl<'k> ArgBinder<'k> {
             slots.push(0);
         }
         let mode = super::program::address_mode(device, self.kernel)?;
-        let by_address = |written: bool| match mode {
-            BufferAddresses::Off => false,
-            BufferAddresses::All => true,
-            BufferAddresses::Reads => !written,
-        };
-        let addresses = if self.written.iter().any(|&w| by_address(w)) {
-            super::addresses::resolve(device, &self.mems)?
-        } else {
-            Vec::new()
-        };
-        for (i, (m, &w)) in self.mems.iter().zip(&self.written).enumerate() {
-            let set = if by_address(w) {
-                // SAFETY: this parameter is a ulong address where the kernel
-                // was built for it (common.cl PK_ARG_ADDR; arity checked above).
-                unsafe { self.kernel.set_arg(i as u32, &addresses[i]) }
-            } else {
-                // SAFETY: this parameter is the buffer's pointer.
-                unsafe { self.kernel.set_arg(i as u32, m) }
-            };
-            set.cl("clSetKernelArg")?;
-        }
+        set_buffers(device, self.kernel, mode, 0, &self.mems, &self.written)?;
         // SAFETY: `slots` is a live host array of slots.len() u64s, copied
         // by OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
         let buf = unsafe {
@@ -123,6 +105,7 @@ impl<'k> ArgBinder<'k> {
         Ok(Some(Packed {
             params: buf,
             mems: self.mems,
+            written: self.written,
             slots,
         }))
     }
@@ -221,6 +204,42 @@ impl<'k> ArgBinder<'k> {
     pub fn i64x4(&mut self, v: [i64; 4]) -> Result<&mut Self> {
         self.scalar(&v.map(|x| x as u64), &v)
     }
+}
+
+/// Sets `kernel`'s parameters `first..` to `mems`: each a buffer argument,
+/// or its device address where `mode` passes it by address (a kernel built
+/// for `mode`, common.cl PK_SIG), by whether the kernel writes it.
+pub fn set_buffers(
+    device: &Device,
+    kernel: &Kernel,
+    mode: BufferAddresses,
+    first: u32,
+    mems: &[cl_mem],
+    written: &[bool],
+) -> Result<()> {
+    let by_address = |written: bool| match mode {
+        BufferAddresses::Off => false,
+        BufferAddresses::All => true,
+        BufferAddresses::Reads => !written,
+    };
+    let addresses = if written.iter().any(|&w| by_address(w)) {
+        super::addresses::resolve(device, mems)?
+    } else {
+        Vec::new()
+    };
+    for (i, (m, &w)) in mems.iter().zip(written).enumerate() {
+        let index = first + i as u32;
+        let set = if by_address(w) {
+            // SAFETY: this parameter is a ulong address where the kernel
+            // was built for `mode` (common.cl PK_ARG_ADDR).
+            unsafe { kernel.set_arg(index, &addresses[i]) }
+        } else {
+            // SAFETY: this parameter is the buffer's pointer.
+            unsafe { kernel.set_arg(index, m) }
+        };
+        set.cl("clSetKernelArg")?;
+    }
+    Ok(())
 }
 
 /// A kernel with its arguments bound and its NDRange.

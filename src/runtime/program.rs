@@ -95,10 +95,11 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Programs whose packed kernels take their buffers by address where the
-/// device allows it (runtime/addresses.rs): every program that holds a
-/// packed kernel but the step-mode ones (attn_o), whose bodies are functions
-/// of their buffers.
+/// Programs whose kernels take their buffers by address where the device
+/// allows it (runtime/addresses.rs): every program that holds a packed
+/// kernel, and the attention + O pair (attn_o), which is built in step mode,
+/// where the bodies are functions of their buffers and only the pair's own
+/// signature takes addresses (attn_o.cl AO_BUFS).
 const BY_ADDRESS: &[&str] = &[
     "mul_mv",
     "group_rope",
@@ -106,6 +107,7 @@ const BY_ADDRESS: &[&str] = &[
     "rope_store",
     "fa_split",
     "fa_gqa",
+    "attn_o",
 ];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in

@@ -35,14 +35,37 @@
 // floats), MulMatAddNorm ~2.3 KB.
 #define AO_LMEM 12288
 
+// The two bodies' buffers, in their kernels' order (FA_SPLIT_BUFS, then
+// MV_NORM_BUFS with its q8 as q8n), read (R) or written (W). Step mode keeps
+// the bodies' own buffers as pointers (common.cl), but the pair's signature
+// takes them by address where the program is built with POLYCL_ADDR, as the
+// two launches it replaces do (runtime/addresses.rs).
+#define AO_BUFS(R, W)                                                                       \
+    R(const char, q) R(const char, k) R(const char, v) R(const char, mask) W(float, part)   \
+    W(uint, cnt) W(char, dst) W(char, q8) R(const char, w) R(const char, act)               \
+    R(const char, res) W(char, o) W(char, sum) R(const char, nw) W(char, q8n) W(char, ss)
+#if defined(POLYCL_ADDR) && !defined(POLYCL_ADDR_READS)
+#define AO_ARG_R PK_ARG_ADDR
+#define AO_BIND_R PK_BIND_ADDR
+#define AO_ARG_W PK_ARG_ADDR
+#define AO_BIND_W PK_BIND_ADDR
+#elif defined(POLYCL_ADDR)
+#define AO_ARG_R PK_ARG_ADDR
+#define AO_BIND_R PK_BIND_ADDR
+#define AO_ARG_W PK_ARG_BUF
+#define AO_BIND_W PK_BIND_BUF
+#else
+#define AO_ARG_R PK_ARG_BUF
+#define AO_BIND_R PK_BIND_BUF
+#define AO_ARG_W PK_ARG_BUF
+#define AO_BIND_W PK_BIND_BUF
+#endif
+
 #define AO_KERNEL(NAME, FA, MVN)                                                            \
 __kernel __attribute__((reqd_work_group_size(AO_WG, 1, 1))) void NAME(                     \
-    PCTENSOR(q), PCTENSOR(k), PCTENSOR(v), PCTENSOR(mask), __global float *part,            \
-    __global uint *cnt, PTENSOR(dst), __global char *q8, PCTENSOR(w),                       \
-    __global const char *act, PCTENSOR(res), PTENSOR(o), PTENSOR(sum), PCTENSOR(nw),        \
-    __global char *q8n, __global char *ss, __global const ulong *pk_fa,                     \
-    __global const ulong *pk_mvn, volatile __global int *tk, const int fa_gy,               \
-    const int fa_groups, const int o_groups) {                                              \
+    AO_BUFS(AO_ARG_R, AO_ARG_W) __global const ulong *pk_fa, __global const ulong *pk_mvn,  \
+    volatile __global int *tk, const int fa_gy, const int fa_groups, const int o_groups) {  \
+    AO_BUFS(AO_BIND_R, AO_BIND_W)                                                           \
     __local char lmem[AO_LMEM] __attribute__((aligned(16)));                                \
     __local int ticket;                                                                     \
     const int lid = get_local_id(0);                                                        \
