@@ -61,8 +61,9 @@ pub struct Config {
     pub mv_unroll: Option<u32>,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
-    /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`).
-    pub glu_warps: u32,
+    /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`);
+    /// None: 8, or 16 for GLUs of few work-groups (plan/fused_matmul.rs).
+    pub glu_warps: Option<u32>,
     /// Shortest cache of the GQA decode attention kernel (`POLYCL_FA_GQA_MIN_KV`).
     pub fa_gqa_min_kv: u32,
     /// Longest cache of the short decode attention kernel (`POLYCL_FA_SHORT_KV`).
@@ -266,7 +267,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse_skip: Vec::new(),
         flush_every: 16,
         fa_groups: 256,
-        glu_warps: 8,
+        glu_warps: None,
         fa_gqa_min_kv: 512,
         fa_short_kv: 256,
         attn_o: false,
@@ -378,9 +379,9 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
     }
     if let Some(v) = get("POLYCL_GLU_WARPS") {
         match v.trim().parse::<u32>() {
-            Ok(n) if [4, 8, 16].contains(&n) => c.glu_warps = n,
+            Ok(n) if [4, 8, 16].contains(&n) => c.glu_warps = Some(n),
             _ => c.problems.push(format!(
-                "POLYCL_GLU_WARPS={v:?}: expected 4, 8 or 16; using 8"
+                "POLYCL_GLU_WARPS={v:?}: expected 4, 8 or 16; using the default"
             )),
         }
     }
@@ -648,7 +649,7 @@ mod tests {
     #[test]
     fn flash_attention_groups() {
         assert_eq!(with(&[]).fa_groups, 256);
-        assert_eq!(with(&[]).glu_warps, 8);
+        assert_eq!(with(&[]).glu_warps, None);
         assert_eq!(with(&[]).max_work_group, None);
         assert_eq!(
             with(&[("POLYCL_MAX_WORK_GROUP", "256")]).max_work_group,
@@ -659,10 +660,10 @@ mod tests {
             assert_eq!(c.max_work_group, None);
             assert!(c.problems[0].contains("POLYCL_MAX_WORK_GROUP"));
         }
-        assert_eq!(with(&[("POLYCL_GLU_WARPS", "16")]).glu_warps, 16);
+        assert_eq!(with(&[("POLYCL_GLU_WARPS", "16")]).glu_warps, Some(16));
         for bad in ["12", "32", "x"] {
             let c = with(&[("POLYCL_GLU_WARPS", bad)]);
-            assert_eq!(c.glu_warps, 8);
+            assert_eq!(c.glu_warps, None);
             assert!(c.problems[0].contains("POLYCL_GLU_WARPS"));
         }
         assert_eq!(with(&[("POLYCL_FA_GROUPS", "32")]).fa_groups, 32);

@@ -7,10 +7,12 @@ use super::lower::grid;
 use super::matmul_norm::NormScale;
 use super::mul_mat::activation;
 use super::Binder;
-use crate::error::{Error, Result};
-use crate::ggml::types::GgmlType::{Q4K, Q4_0, Q6K, Q8_0};
+use crate::config;
+use crate::error::{ClContext, Error, Result};
+use crate::ggml::types::GgmlType::{self, Q4K, Q4_0, Q6K, Q8_0};
 use crate::ir::{GluKind, Node, Op, Value};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
+use crate::runtime::Device;
 use opencl3::types::cl_mem;
 
 /// Row groups a work-group (two rows each) and lanes a row group of the
@@ -165,6 +167,28 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
     Ok(())
 }
 
+/// Where a GLU takes the 16-warp kernel (`kernel_mul_mv_glu16_q4_0`), its
+/// width (16): a Q4_0 GLU on NVIDIA whose 512-wide work-groups of 32 rows
+/// are all resident at once, two a compute unit at the kernel's 64
+/// registers, unless `POLYCL_GLU_WARPS` chose a width. Each warp then takes
+/// two row pairs in sequence instead of four: on an H100 the 1B's GLU (5632
+/// rows, 176 groups) took ~10% less time and its tokens ~3% (docs/perf.md
+/// steps 50-51), where the 7B's (344 groups, more than fit at once) lost 5%.
+/// The other types hold more registers (71-88), one such group a compute
+/// unit, so they keep 8 warps.
+fn glu_shape(device: &Device, wtype: GgmlType, rows: usize) -> Result<Option<usize>> {
+    const WIDE: usize = 16;
+    if config::get().glu_warps.is_some()
+        || wtype != Q4_0
+        || !device.nvidia_ptx()
+        || device.max_work_group < WIDE * MV_LANES
+    {
+        return Ok(None);
+    }
+    let cus = device.cl.max_compute_units().cl("clGetDeviceInfo")? as usize;
+    Ok((rows.div_ceil(GLU_ROWS) <= 2 * cus).then_some(WIDE))
+}
+
 pub fn lower_glu(
     b: &mut Binder,
     id: usize,
@@ -178,21 +202,27 @@ pub fn lower_glu(
             n.name
         )));
     }
-    let name = format!("kernel_mul_mv_glu_{}", suffix(b, n.inputs[0], n)?);
     let (wg, wu) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?);
+    let rows = wg.ne[1] as usize;
+    let wtype = b.graph.ty(n.inputs[0]).dtype;
+    let (name, warps) = match glu_shape(&b.device, wtype, rows)? {
+        Some(warps) => ("kernel_mul_mv_glu16_q4_0".to_string(), warps),
+        // The mul_mv program is built with the device's GLU_WARPS.
+        None => (
+            format!("kernel_mul_mv_glu_{}", suffix(b, n.inputs[0], n)?),
+            b.device.glu_warps(),
+        ),
+    };
     let dglu = b.operand(Value::new(id, 0))?;
     let dgate = b.operand(Value::new(id, 1))?;
     let dup = b.operand(Value::new(id, 2))?;
     let (act, act_off, scale) = q8_activation(b, n, out)?;
-    let rows = wg.ne[1] as usize;
     let q8 = if rows.is_multiple_of(32) {
         b.q8_target(Value::new(id, 0))
     } else {
         None
     };
     let (q8_mem, q8_off) = q8.map_or((dglu.mem, 0), |t| (t.mem, t.offset));
-    // The mul_mv program is built with the same GLU_WARPS.
-    let warps = b.device.glu_warps();
     out.push(grid(
         b,
         "mul_mv",

@@ -134,7 +134,7 @@ impl Device {
     /// device that runs the fast kernels takes, where the device's
     /// work-groups can not be as wide as asked.
     pub fn glu_warps(&self) -> usize {
-        let asked = crate::config::get().glu_warps as usize;
+        let asked = crate::config::get().glu_warps.unwrap_or(8) as usize;
         if self.max_work_group >= asked * 32 {
             asked
         } else {

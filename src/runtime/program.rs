@@ -133,6 +133,7 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_glu_q8_0",
     "kernel_mul_mv_glu_q4_k",
     "kernel_mul_mv_glu_q6_k",
+    "kernel_mul_mv_glu16_q4_0",
     "kernel_mul_mv_norm_q4_0",
     "kernel_mul_mv_norm_q8_0",
     "kernel_mul_mv_norm_q4_k",

@@ -357,14 +357,15 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_q6_k, mv_row2_q6_K)
 MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
-// rows a work-group of GLU_WARPS row groups (each GLU_ROWS / GLU_WARPS rows
-// of both matrices), so one work-group makes whole Q8_1 blocks of the result
-// for the next matmul (has_q8; needs rows % 32 == 0). GLU_WARPS is a build
+// rows a work-group of WARPS row groups (each GLU_ROWS / WARPS rows of both
+// matrices), so one work-group makes whole Q8_1 blocks of the result for the
+// next matmul (has_q8; needs rows % 32 == 0). WARPS is GLU_WARPS, a build
 // option (Device::glu_warps, 8 by default: 16 warps of two rows each were
-// slower on the H200 at the kernel's registers, docs/perf.md step 44).
+// slower on the 7B at the kernel's registers, docs/perf.md step 44), or 16
+// for the _glu16 kernel (faster where a GLU has few work-groups, step 51).
 // The step program runs it with 4 warps (its work-groups are 128 wide), each
 // taking 8 rows.
-// global {ceil(rows / GLU_ROWS) * GLU_WARPS * MV_LANES}, local {GLU_WARPS * MV_LANES}.
+// global {ceil(rows / GLU_ROWS) * WARPS * MV_LANES}, local {WARPS * MV_LANES}.
 #ifdef POLYCL_STEP
 #undef GLU_WARPS
 #define GLU_WARPS 4
@@ -375,12 +376,12 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 #define MV_GLU_BUFS(R, W)                                                                   \
     R(const char, wg) R(const char, wu) R(const char, act) W(char, dglu) W(char, dgate)     \
     W(char, dup) W(char, q8) MV_NORM_BUF(R)
-#define MV_GLU_KERNEL(NAME, ROWDOT2)                                                         \
+#define MV_GLU_KERNEL(NAME, ROWDOT2, WARPS)                                                 \
 kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                                     \
     PK_BEGIN_BUFS(MV_GLU_BUFS)                                                              \
     PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate)          \
     PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8) PK_MV_NORM                               \
-    LOCAL_ARRAY(float, scratch_all, GLU_WARPS * MV_LANES);                                  \
+    LOCAL_ARRAY(float, scratch_all, WARPS * MV_LANES);                                      \
     LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, lu, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, ly, GLU_ROWS);                                                       \
@@ -395,8 +396,8 @@ kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                         
     const float8 dn_pre = mv_norm_prefetch(dn + dn_off, dn_parts, lane);                    \
     const float dn_c = mv_norm_c(dn + dn_off, dn_parts);                                    \
     float dn_scale = 1.0f;                                                                  \
-    for (int k = 0; k < GLU_ROWS / GLU_WARPS; ++k) {                                        \
-        const int t = warp * (GLU_ROWS / GLU_WARPS) + k;                                    \
+    for (int k = 0; k < GLU_ROWS / WARPS; ++k) {                                            \
+        const int t = warp * (GLU_ROWS / WARPS) + k;                                        \
         const long r = min(base + t, rows - 1);                                             \
         const float2 gu = ROWDOT2(wg + wg_off + r * wg_nb.s1, wu + wu_off + r * wu_nb.s1,   \
                                   arow, nblocks, lane);                                     \
@@ -428,10 +429,16 @@ kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                         
     }                                                                                       \
 }
 
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS)
+#ifndef POLYCL_STEP
+// 16 warps a work-group whatever GLU_WARPS is, for GLUs of few work-groups
+// (plan/fused_matmul.rs `glu_shape`): two row pairs a warp in sequence
+// instead of four.
+MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_q4_0, 16)
+#endif
 
 #ifndef POLYCL_STEP
 // Q8_1 activations for the fast kernels, the bytes of store_q8_1_block.

@@ -1,0 +1,138 @@
+//! The GLU kernel 16 warps wide (`kernel_mul_mv_glu16_q4_0`, which
+//! plan/fused_matmul.rs `glu_shape` picks on NVIDIA for GLUs of few
+//! work-groups) computes, bit for bit, what the 8-warp kernel that every
+//! other device runs computes: each row's dot product is one warp's in both,
+//! only the rows a warp takes in sequence differ. What the 8-warp kernel
+//! computes is checked against ggml's CPU backend by the greedy runs.
+
+use ggml_polycl::runtime::executor::{ArgBinder, Launch, Operand};
+use ggml_polycl::runtime::program::{build_source_with, PROGRAMS};
+use ggml_polycl::runtime::{devices, Device, DeviceBuffer};
+use opencl3::kernel::Kernel;
+use std::sync::Arc;
+
+const K: usize = 512;
+const ROWS: usize = 96;
+const Q4_0_BLOCK: usize = 18;
+const Q8_1_BLOCK: usize = 36;
+
+/// Bytes of a pseudo-random generator, each block's leading F16 scales made
+/// small normal numbers.
+fn blocks(seed: u64, n: usize, block: usize) -> Vec<u8> {
+    let mut s = seed;
+    let mut out: Vec<u8> = (0..n * block)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 56) as u8
+        })
+        .collect();
+    for (b, chunk) in out.chunks_mut(block).enumerate() {
+        let h: u16 = (8 << 10) | ((b as u16 * 37) & 0x3ff);
+        chunk[..2].copy_from_slice(&h.to_le_bytes());
+        if block == Q8_1_BLOCK {
+            chunk[2..4].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn operand(b: &DeviceBuffer, ne: [i64; 4], row_bytes: u64) -> Operand {
+    let nb1 = row_bytes;
+    let all = nb1 * ne[1] as u64;
+    Operand {
+        mem: b.cl_mem(),
+        offset: 0,
+        ne,
+        nb: [if ne[0] == ROWS as i64 { 4 } else { 18 }, nb1, all, all],
+    }
+}
+
+/// `name` launched `warps` warps wide over gate `wg` and up `wu` with
+/// activation `act`: its gate, up and GLU rows and their Q8_1 blocks.
+fn run(
+    dev: &Arc<Device>,
+    name: &str,
+    warps: usize,
+    w: (&DeviceBuffer, &DeviceBuffer),
+    act: &DeviceBuffer,
+) -> Vec<u8> {
+    let (_, sources) = PROGRAMS.iter().find(|(n, _)| *n == "mul_mv").unwrap();
+    let program = build_source_with(dev, "mul_mv", &sources.join("\n"), "").unwrap();
+    let kernel = Kernel::create(&program, name).unwrap();
+    let row_bytes = (K / 32 * Q4_0_BLOCK) as u64;
+    let outs: Vec<_> = (0..3)
+        .map(|_| DeviceBuffer::alloc(dev, ROWS * 4).unwrap())
+        .collect();
+    let q8 = DeviceBuffer::alloc(dev, ROWS / 32 * Q8_1_BLOCK).unwrap();
+    let dn = DeviceBuffer::alloc(dev, 4).unwrap();
+    let out_op = |b: &DeviceBuffer| operand(b, [ROWS as i64, 1, 1, 1], 4 * ROWS as u64);
+    let mut a = ArgBinder::new(&kernel);
+    a.tensor(&operand(w.0, [K as i64, ROWS as i64, 1, 1], row_bytes))
+        .unwrap()
+        .tensor(&operand(w.1, [K as i64, ROWS as i64, 1, 1], row_bytes))
+        .unwrap()
+        .ptr(act.cl_mem(), 0)
+        .unwrap();
+    for o in &outs {
+        a.tensor_out(&out_op(o)).unwrap();
+    }
+    // Q8_1 blocks of the GLU rows, and no norm (0 shares: factor 1).
+    a.ptr_out(q8.cl_mem(), 0).unwrap().i32(1).unwrap();
+    a.ptr(dn.cl_mem(), 0)
+        .unwrap()
+        .i32(0)
+        .unwrap()
+        .i64(1)
+        .unwrap()
+        .f32(0.0)
+        .unwrap();
+    let packed = a.finish(dev).unwrap();
+    let launch = Launch {
+        kernel,
+        global: [ROWS.div_ceil(32) * warps * 32, 1, 1],
+        local: Some([warps * 32, 1, 1]),
+        dims: 1,
+        kind: "test",
+        packed,
+    };
+    launch.enqueue(dev).unwrap();
+    let mut all = Vec::new();
+    for o in &outs {
+        let mut bytes = vec![0u8; ROWS * 4];
+        o.read(0, &mut bytes).unwrap();
+        all.extend(bytes);
+    }
+    let mut bytes = vec![0u8; ROWS / 32 * Q8_1_BLOCK];
+    q8.read(0, &mut bytes).unwrap();
+    all.extend(bytes);
+    all
+}
+
+#[test]
+fn the_wide_glu_kernel_computes_what_the_default_one_does() {
+    std::env::set_var("POLYCL_FAST_KERNELS", "1");
+    let dev = devices().expect("an OpenCL device (install pocl-opencl-icd)")[0].clone();
+    let n = ROWS * K / 32;
+    let wg = DeviceBuffer::alloc(&dev, n * Q4_0_BLOCK).unwrap();
+    wg.write(0, &blocks(1, n, Q4_0_BLOCK)).unwrap();
+    let wu = DeviceBuffer::alloc(&dev, n * Q4_0_BLOCK).unwrap();
+    wu.write(0, &blocks(2, n, Q4_0_BLOCK)).unwrap();
+    let act = DeviceBuffer::alloc(&dev, K / 32 * Q8_1_BLOCK).unwrap();
+    act.write(0, &blocks(3, K / 32, Q8_1_BLOCK)).unwrap();
+
+    let narrow = run(
+        &dev,
+        "kernel_mul_mv_glu_q4_0",
+        dev.glu_warps(),
+        (&wg, &wu),
+        &act,
+    );
+    let wide = run(&dev, "kernel_mul_mv_glu16_q4_0", 16, (&wg, &wu), &act);
+    assert!(
+        narrow[..ROWS * 4].iter().any(|&b| b != 0),
+        "the kernel wrote its rows"
+    );
+    assert_eq!(wide, narrow);
+}
