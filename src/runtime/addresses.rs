@@ -196,10 +196,10 @@ fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem])
     Ok(())
 }
 
-/// Builds the kernels, then copies a buffer through addresses alone, read
-/// back to the host and passed as ulong arguments as `resolve` gives them to
-/// the decode kernels, and checks every value: the device's answer to whether a kernel can reach a
-/// buffer it was not given.
+/// Builds the kernels, then copies a buffer through addresses alone (read
+/// back to the host and passed as ulong arguments, as `resolve` gives them
+/// to the decode kernels) and checks every value: the device's answer to
+/// whether a kernel can reach a buffer it was not given.
 fn check(device: &Device) -> Result<Kernel> {
     let program = super::program::build_source_with(device, "addresses", SOURCE, "")?;
     let create = |name: &str| {
