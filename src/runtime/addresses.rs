@@ -164,6 +164,7 @@ fn read_blocking<T>(device: &Device, mem: cl_mem, out: &mut [T]) -> Result<()> {
     super::buffer::finish_event(ev, "clEnqueueReadBuffer")
 }
 
+/// Enqueues the patcher: pk[i] = the address of mems[i].
 fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem]) -> Result<()> {
     for (chunk, ms) in mems.chunks(PER_LAUNCH).enumerate() {
         let first = (chunk * PER_LAUNCH) as u32;
@@ -181,8 +182,8 @@ fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem])
         }
         let one = [1usize, 1, 1];
         // SAFETY: every argument is set; the caller keeps pk and the buffers
-        // alive (a plan's launch owns its slots and its buffers' owners outlive
-        // the plan), and OpenCL copies the arguments at enqueue.
+        // alive until this launch has run (`resolve` and `check` read pk
+        // back, blocking), and OpenCL copies the arguments at enqueue.
         unsafe {
             enqueue_without_event(
                 device.queue()?.get(),
