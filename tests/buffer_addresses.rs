@@ -7,40 +7,19 @@
 //! ggml's CPU backend by the greedy and test-backend-ops runs, which CI makes
 //! with buffers by address too.
 
+mod quant_blocks;
+
 use ggml_polycl::config::BufferAddresses;
 use ggml_polycl::runtime::executor::{ArgBinder, Launch, Operand};
 use ggml_polycl::runtime::program::{build_source_with, PROGRAMS};
 use ggml_polycl::runtime::{addresses, devices, Device, DeviceBuffer};
 use opencl3::kernel::Kernel;
+use quant_blocks::{blocks, Q8_1_BLOCK};
 use std::sync::Arc;
 
 const K: usize = 512;
 const ROWS: usize = 64;
 const Q8_0_BLOCK: usize = 34;
-const Q8_1_BLOCK: usize = 36;
-
-/// Bytes of a pseudo-random generator, with each block's leading F16 scale
-/// made a small normal number.
-fn blocks(seed: u64, n: usize, block: usize) -> Vec<u8> {
-    let mut s = seed;
-    let mut out: Vec<u8> = (0..n * block)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 56) as u8
-        })
-        .collect();
-    for (b, chunk) in out.chunks_mut(block).enumerate() {
-        // 2^-7 .. 2^-6 as F16: exponent 8, a mantissa from the block index.
-        let h: u16 = (8 << 10) | ((b as u16 * 37) & 0x3ff);
-        chunk[..2].copy_from_slice(&h.to_le_bytes());
-        if block == Q8_1_BLOCK {
-            chunk[2..4].copy_from_slice(&h.to_le_bytes());
-        }
-    }
-    out
-}
 
 fn operand(b: &DeviceBuffer, ne: [i64; 4], nb: [u64; 4]) -> Operand {
     Operand {

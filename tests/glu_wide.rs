@@ -5,47 +5,28 @@
 //! only the rows a warp takes in sequence differ. What the 8-warp kernel
 //! computes is checked against ggml's CPU backend by the greedy runs.
 
+mod quant_blocks;
+
 use ggml_polycl::runtime::executor::{ArgBinder, Launch, Operand};
 use ggml_polycl::runtime::program::{build_source_with, PROGRAMS};
 use ggml_polycl::runtime::{devices, Device, DeviceBuffer};
 use opencl3::kernel::Kernel;
+use quant_blocks::{blocks, Q8_1_BLOCK};
 use std::sync::Arc;
 
 const K: usize = 512;
 const ROWS: usize = 96;
 const Q4_0_BLOCK: usize = 18;
-const Q8_1_BLOCK: usize = 36;
 
-/// Bytes of a pseudo-random generator, each block's leading F16 scales made
-/// small normal numbers.
-fn blocks(seed: u64, n: usize, block: usize) -> Vec<u8> {
-    let mut s = seed;
-    let mut out: Vec<u8> = (0..n * block)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 56) as u8
-        })
-        .collect();
-    for (b, chunk) in out.chunks_mut(block).enumerate() {
-        let h: u16 = (8 << 10) | ((b as u16 * 37) & 0x3ff);
-        chunk[..2].copy_from_slice(&h.to_le_bytes());
-        if block == Q8_1_BLOCK {
-            chunk[2..4].copy_from_slice(&h.to_le_bytes());
-        }
-    }
-    out
-}
-
-fn operand(b: &DeviceBuffer, ne: [i64; 4], row_bytes: u64) -> Operand {
-    let nb1 = row_bytes;
-    let all = nb1 * ne[1] as u64;
+/// A contiguous tensor of `ne` whose elements (blocks, for weights) take
+/// `nb0` bytes and rows `row_bytes`.
+fn operand(b: &DeviceBuffer, ne: [i64; 4], nb0: u64, row_bytes: u64) -> Operand {
+    let all = row_bytes * ne[1] as u64;
     Operand {
         mem: b.cl_mem(),
         offset: 0,
         ne,
-        nb: [if ne[0] == ROWS as i64 { 4 } else { 18 }, nb1, all, all],
+        nb: [nb0, row_bytes, all, all],
     }
 }
 
@@ -67,11 +48,19 @@ fn run(
         .collect();
     let q8 = DeviceBuffer::alloc(dev, ROWS / 32 * Q8_1_BLOCK).unwrap();
     let dn = DeviceBuffer::alloc(dev, 4).unwrap();
-    let out_op = |b: &DeviceBuffer| operand(b, [ROWS as i64, 1, 1, 1], 4 * ROWS as u64);
+    let out_op = |b: &DeviceBuffer| operand(b, [ROWS as i64, 1, 1, 1], 4, 4 * ROWS as u64);
+    let w_op = |b: &DeviceBuffer| {
+        operand(
+            b,
+            [K as i64, ROWS as i64, 1, 1],
+            Q4_0_BLOCK as u64,
+            row_bytes,
+        )
+    };
     let mut a = ArgBinder::new(&kernel);
-    a.tensor(&operand(w.0, [K as i64, ROWS as i64, 1, 1], row_bytes))
+    a.tensor(&w_op(w.0))
         .unwrap()
-        .tensor(&operand(w.1, [K as i64, ROWS as i64, 1, 1], row_bytes))
+        .tensor(&w_op(w.1))
         .unwrap()
         .ptr(act.cl_mem(), 0)
         .unwrap();
