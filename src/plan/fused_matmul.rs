@@ -167,8 +167,10 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
     Ok(())
 }
 
-/// Where a GLU takes the 16-warp kernel (`kernel_mul_mv_glu16_q4_0`), its
-/// width (16): a Q4_0 GLU on NVIDIA whose 512-wide work-groups of 32 rows
+/// Warps a work-group of `kernel_mul_mv_glu16_q4_0`.
+const GLU_WIDE_WARPS: usize = 16;
+
+/// Whether a GLU takes the 16-warp kernel (`kernel_mul_mv_glu16_q4_0`): a Q4_0 GLU on NVIDIA whose 512-wide work-groups of 32 rows
 /// are all resident at once, two a compute unit at the kernel's 64
 /// registers, unless `POLYCL_GLU_WARPS` chose a width. Each warp then takes
 /// two row pairs in sequence instead of four: on an H100 the 1B's GLU (5632
@@ -176,17 +178,16 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
 /// steps 50-51), where the 7B's (344 groups, more than fit at once) lost 5%.
 /// The other types hold more registers (71-88), one such group a compute
 /// unit, so they keep 8 warps.
-fn glu_shape(device: &Device, wtype: GgmlType, rows: usize) -> Result<Option<usize>> {
-    const WIDE: usize = 16;
+fn glu_shape(device: &Device, wtype: GgmlType, rows: usize) -> Result<bool> {
     if config::get().glu_warps.is_some()
         || wtype != Q4_0
         || !device.nvidia_ptx()
-        || device.max_work_group < WIDE * MV_LANES
+        || device.max_work_group < GLU_WIDE_WARPS * MV_LANES
     {
-        return Ok(None);
+        return Ok(false);
     }
     let cus = device.cl.max_compute_units().cl("clGetDeviceInfo")? as usize;
-    Ok((rows.div_ceil(GLU_ROWS) <= 2 * cus).then_some(WIDE))
+    Ok(rows.div_ceil(GLU_ROWS) <= 2 * cus)
 }
 
 pub fn lower_glu(
@@ -205,13 +206,14 @@ pub fn lower_glu(
     let (wg, wu) = (b.operand(n.inputs[0])?, b.operand(n.inputs[1])?);
     let rows = wg.ne[1] as usize;
     let wtype = b.graph.ty(n.inputs[0]).dtype;
-    let (name, warps) = match glu_shape(&b.device, wtype, rows)? {
-        Some(warps) => ("kernel_mul_mv_glu16_q4_0".to_string(), warps),
+    let (name, warps) = if glu_shape(&b.device, wtype, rows)? {
+        ("kernel_mul_mv_glu16_q4_0".to_string(), GLU_WIDE_WARPS)
+    } else {
         // The mul_mv program is built with the device's GLU_WARPS.
-        None => (
+        (
             format!("kernel_mul_mv_glu_{}", suffix(b, n.inputs[0], n)?),
             b.device.glu_warps(),
-        ),
+        )
     };
     let dglu = b.operand(Value::new(id, 0))?;
     let dgate = b.operand(Value::new(id, 1))?;
