@@ -49,6 +49,9 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # With POLYCL_ATTN_O=1 (below) caches of up to 256 positions (POLYCL_FA_SHORT_KV) take the
       # short kernel that the attention + O pair runs, longer ones the vector kernels.
       FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 buffers.by.address" ;;
+      # One chunk a head: up to 256 positions (POLYCL_FA_ONE_KV) one group a head takes the
+      # whole cache, longer ones the vector kernels' 256-position chunks.
+      FLASH_ATTN_EXT:onechunk) want="kernel_fa_one_d64 kernel_fa_one_d128 kernel_fa_vec_d64 kernel_fa_vec_d128" ;;
       # The decode matvecs with their buffers by address (runtime/addresses.rs, the default;
       # the onechunk run takes them as arguments).
       MUL_MAT:fast) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k buffers.by.address" ;;

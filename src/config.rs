@@ -19,6 +19,7 @@
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
+//! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
 //! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
@@ -68,6 +69,8 @@ pub struct Config {
     pub fa_gqa_min_kv: u32,
     /// Longest cache of the short decode attention kernel (`POLYCL_FA_SHORT_KV`).
     pub fa_short_kv: u32,
+    /// Longest cache that one work-group a head takes whole (`POLYCL_FA_ONE_KV`).
+    pub fa_one_kv: u32,
     /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
     /// Register cap of those kernels on NVIDIA (`POLYCL_ATTN_O_MAXRREG`).
@@ -270,6 +273,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         glu_warps: None,
         fa_gqa_min_kv: 512,
         fa_short_kv: 256,
+        fa_one_kv: 256,
         attn_o: false,
         attn_o_maxrreg: None,
         step_groups_per_cu: 4,
@@ -459,6 +463,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if n <= i32::MAX as u32 => c.fa_short_kv = n,
             _ => c.problems.push(format!(
                 "POLYCL_FA_SHORT_KV={v:?}: expected an integer from 0 to 2147483647; using 256"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_FA_ONE_KV") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= i32::MAX as u32 => c.fa_one_kv = n,
+            _ => c.problems.push(format!(
+                "POLYCL_FA_ONE_KV={v:?}: expected an integer from 0 to 2147483647; using 256"
             )),
         }
     }
@@ -761,6 +773,17 @@ mod tests {
             (c.fa_short_kv, c.attn_o, c.attn_o_maxrreg),
             (256, false, None)
         );
+    }
+
+    #[test]
+    fn whole_cache_attention_setting() {
+        assert_eq!(with(&[]).fa_one_kv, 256);
+        let c = with(&[("POLYCL_FA_ONE_KV", "0")]);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert_eq!(c.fa_one_kv, 0);
+        let c = with(&[("POLYCL_FA_ONE_KV", "all")]);
+        assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_ONE_KV"));
+        assert_eq!(c.fa_one_kv, 256);
     }
 
     #[test]

@@ -210,10 +210,15 @@ pub fn lower_split(
         Some(_) => None,
         None => gqa_applies(b, fa, [tq, tk, tv]),
     };
-    let chunk_len = match (gqa, short) {
-        (Some(r), _) => gqa_chunk(tq, tk, r),
-        (None, Some((_, step_keys))) => chunk_from(tq, tk, step_keys),
-        (None, None) => chunk(tq, tk),
+    let one = match (gqa, short) {
+        (None, None) => one_kernel(b, tk, tv, &k, &v),
+        _ => None,
+    };
+    let chunk_len = match (gqa, short, one) {
+        (Some(r), _, _) => gqa_chunk(tq, tk, r),
+        (None, Some((_, step_keys)), _) => chunk_from(tq, tk, step_keys),
+        (None, None, Some(_)) => tk.ne[1].max(1),
+        (None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
@@ -240,9 +245,10 @@ pub fn lower_split(
         let kv_heads = (k.ne[2] * q.ne[3]) as usize;
         ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
     } else {
-        let (name, wg) = match short {
-            Some((name, _)) => (name, FS_WG),
-            None => split_kernel(tk, tv, &k, &v),
+        let (name, wg) = match (short, one) {
+            (Some((name, _)), _) => (name, FS_WG),
+            (None, Some(name)) => (name, FO_WG),
+            (None, None) => split_kernel(tk, tv, &k, &v),
         };
         (
             "fa_split",
@@ -298,22 +304,76 @@ fn short_kernel(
     v: &Operand,
 ) -> Option<(&'static str, i64)> {
     let config = config::get();
-    let ok = config.attn_o
-        && vec_applies(tk, tv, k, v)
+    if !config.attn_o {
+        return None;
+    }
+    let lanes = wide_lanes(b, tk, tv, k, v, config.fa_short_kv)?;
+    let name = if lanes == 16 {
+        "kernel_fa_short_d64"
+    } else {
+        "kernel_fa_short_d128"
+    };
+    Some((name, FS_WG as i64 / lanes * FS_KPW))
+}
+
+/// Where a 512-wide vector body (the short and whole-cache kernels) can
+/// take the node: K/V as the vector kernels read them, head sizes up to
+/// 128, a cache of at most `max_kv` positions, work-groups of 512 on the
+/// device, and no step kernel (which runs the vector kernel as a phase).
+/// The lanes a key: a half-warp up to head size 64, a warp up to 128 (as
+/// the vector kernels).
+fn wide_lanes(
+    b: &Binder,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+    max_kv: u32,
+) -> Option<i64> {
+    let ok = vec_applies(tk, tv, k, v)
         && k.ne[0] <= 128
         && v.ne[0] <= 128
-        && tk.ne[1] <= config.fa_short_kv as i64
-        && b.device.max_work_group >= FS_WG
-        // The step kernel runs the vector kernel as a phase, not this one.
+        && tk.ne[1] <= max_kv as i64
+        && b.device.max_work_group >= FS_WG.max(FO_WG)
         && !crate::runtime::step::wanted();
-    // A key a warp, or a half-warp at head sizes up to 64 (as the vector
-    // kernels).
-    let (name, lanes) = if k.ne[0] <= 64 && v.ne[0] <= 64 {
-        ("kernel_fa_short_d64", 16)
+    ok.then_some(if k.ne[0] <= 64 && v.ne[0] <= 64 {
+        16
     } else {
-        ("kernel_fa_short_d128", 32)
-    };
-    ok.then_some((name, FS_WG as i64 / lanes * FS_KPW))
+        32
+    })
+}
+
+/// Work-items of `kernel_fa_one_*` (FO_WG) and keys a warp takes a step
+/// (FO_KPW).
+const FO_WG: usize = 512;
+const FO_KPW: i64 = 8;
+
+/// The whole-cache kernel (`kernel_fa_one_*`, fa_split.cl), where it takes
+/// the node: K/V as the vector kernels read them, head sizes up to 128, a
+/// cache of at most `POLYCL_FA_ONE_KV` positions that is one step of the
+/// group's loads (256 positions at head sizes up to 64, 128 up to 128), and
+/// work-groups of 512 on the device. One group a query head then takes the
+/// whole cache and writes the result itself, without a split's partial
+/// states, device-wide fence, arrival counter and merge: on the H200 the
+/// 1B's GPU span a token ~1% shorter; the 7B's 256 positions in two steps
+/// took 12.3 us a launch against the split's 11.6, so a cache of more than
+/// one step stays split (docs/perf.md step 52).
+fn one_kernel(
+    b: &Binder,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> Option<&'static str> {
+    let lanes = wide_lanes(b, tk, tv, k, v, config::get().fa_one_kv)?;
+    if tk.ne[1] > (FO_WG as i64 / lanes) * FO_KPW {
+        return None;
+    }
+    Some(if lanes == 16 {
+        "kernel_fa_one_d64"
+    } else {
+        "kernel_fa_one_d128"
+    })
 }
 
 /// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.

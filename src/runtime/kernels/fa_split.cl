@@ -120,6 +120,41 @@ inline float4 fa_merge_elems(const volatile __global float *p, int n_chunks, lon
     return Sx == 0.0f ? (float4)(0.0f) : a / Sx;
 }
 
+// dst's Q8_1 blocks (36 bytes) from `outs` (nrows * DV floats, row r is
+// query iq0 + r / G of head h0 + r % G), the bytes of kernel_quantize_q8_1 for
+// finite values: a warp a block, a work-item an element. One work-item
+// walking a block's 32 floats was a serial tail on every merging group.
+// Called by every work-item of the group (warp_max and warp_sum hold group
+// barriers off NVIDIA); `red` holds wg floats.
+inline void fa_store_q8_rows(__local const float *outs, __local float *red, int nrows, int DV,
+                             long h0, int G, long iq0, long z, long4 dst_ne, __global char *q8,
+                             ulong q8_off, int wg) {
+    const int l = get_local_id(0);
+    const int lane = l % 32, warp = l / 32, blocks = DV / FA_QK8_1;
+    for (int b0 = 0; b0 < nrows * blocks; b0 += wg / 32) {
+        const int b = b0 + warp, r = b / blocks;
+        const float x = b < nrows * blocks ? outs[b * FA_QK8_1 + lane] : 0.0f;
+        const float amax = warp_max(fabs(x), red + warp * 32);
+        const float d = qk_div(amax, 127.0f);
+        const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
+        const float vq = rint(x * id);
+        const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
+        // |qi| <= 127 for finite values, so the float sum is exact.
+        const float qsum = warp_sum((float)qi, red + warp * 32);
+        if (b < nrows * blocks) {
+            // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
+            const long h = h0 + r % G, iq = iq0 + r / G;
+            const long blk = blocks * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + b - r * blocks;
+            __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
+            y[4 + lane] = (char)clamp(qi, -128, 127);
+            if (lane == 0) {
+                store_f16(y, d);
+                store_f16(y + 2, d * qsum);
+            }
+        }
+    }
+}
+
 // Publishes this group's chunks, counts them on one counter, and lets the
 // last group to arrive merge every chunk into dst (and its Q8_1 copy).
 // The group holds `nrows` rows: row r is query iq0 + r / G of head
@@ -173,34 +208,8 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
         if (l == 0 && n_chunks > 1) atomic_xchg(ctr, 0u);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    // dst's Q8_1 blocks (36 bytes), the bytes of kernel_quantize_q8_1 for
-    // finite values: a warp a block, a work-item an element. One work-item
-    // walking a block's 32 floats was a serial tail on every merging group.
-    if (merge && has_q8) {
-        const int lane = l % 32, warp = l / 32, blocks = DV / FA_QK8_1;
-        for (int b0 = 0; b0 < nrows * blocks; b0 += wg / 32) {
-            const int b = b0 + warp, r = b / blocks;
-            const float x = b < nrows * blocks ? outs[b * FA_QK8_1 + lane] : 0.0f;
-            const float amax = warp_max(fabs(x), red + warp * 32);
-            const float d = qk_div(amax, 127.0f);
-            const float id = (amax != 0.0f) ? qk_div(127.0f, amax) : 0.0f;
-            const float vq = rint(x * id);
-            const int qi = (isnan(vq) || fabs(vq) >= 2147483648.0f) ? INT_MIN : (int)vq;
-            // |qi| <= 127 for finite values, so the float sum is exact.
-            const float qsum = warp_sum((float)qi, red + warp * 32);
-            if (b < nrows * blocks) {
-                // dst is contiguous: (0, h, iq, z) is element DV * (h + n_head * (iq + n_q * z)).
-                const long h = h0 + r % G, iq = iq0 + r / G;
-                const long blk = blocks * (h + dst_ne.s1 * (iq + dst_ne.s2 * z)) + b - r * blocks;
-                __global char *y = q8 + q8_off + (ulong)blk * FA_Q8_1_BYTES;
-                y[4 + lane] = (char)clamp(qi, -128, 127);
-                if (lane == 0) {
-                    store_f16(y, d);
-                    store_f16(y + 2, d * qsum);
-                }
-            }
-        }
-    }
+    if (merge && has_q8)
+        fa_store_q8_rows(outs, red, nrows, DV, h0, G, iq0, z, dst_ne, q8, q8_off, wg);
 }
 
 // fa_publish_merge_rows for the one row (query iq of head h) of a group.
@@ -489,36 +498,73 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
             }
         }
     }
-    if (lane == 0) {
-        wstate[2 * warp] = Mw;
-        wstate[2 * warp + 1] = Sw;
-    }
+    // The chunk's state: each warp's scaled to the group's largest M by its
+    // own factor (one exp a warp), then the accumulators summed over the
+    // warps by every work-item, `parts` of them an element. One work-item an
+    // element walking every warp with an exp each was a serial tail of ~1 us
+    // in the 512-wide kernels' 32 warps.
+    if (lane == 0) wstate[2 * warp] = Mw;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float M = -INFINITY;
+    for (int w = 0; w < nvw; ++w) M = fmax(M, wstate[2 * w]);
+    const float f = Mw == -INFINITY ? 0.0f : exp(Mw - M);
+    if (lane == 0) wstate[2 * warp + 1] = Sw * f;
 #pragma unroll
     for (int i = 0; i < slots; ++i) {
         const long d = 4 * lane + 4 * lpk * i;
-        if (d < DV) vstore4(acc[i], 0, accs + warp * dmax + d);
+        if (d < DV) vstore4(acc[i] * f, 0, accs + warp * dmax + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-
-    // The chunk's state: the warps' merged, each scaled to the largest M.
-    // A warp's factor is made where it is used, not kept in an array: the
-    // short shape has 32 virtual warps.
-    float M = -INFINITY;
-    for (int w = 0; w < nvw; ++w) M = fmax(M, wstate[2 * w]);
     float S = 0.0f;
-    for (int w = 0; w < nvw; ++w)
-        S += wstate[2 * w] == -INFINITY ? 0.0f : wstate[2 * w + 1] * exp(wstate[2 * w] - M);
-    __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
-    for (long d = l; d < DV; d += wg) {
+    for (int w = 0; w < nvw; ++w) S += wstate[2 * w + 1];
+    // With `parts` > 1 work-items an element, each sums every parts-th warp
+    // into `red` first (red is free: the loop's last use of it came before
+    // the barriers above).
+    const int parts = min(nvw, wg / dv);
+    if (parts > 1 && l < parts * dv) {
+        const int d = l % dv;
         float a = 0.0f;
-        for (int w = 0; w < nvw; ++w)
-            a += wstate[2 * w] == -INFINITY ? 0.0f : accs[w * dmax + d] * exp(wstate[2 * w] - M);
-        o[d] = a;
+        for (int w = l / dv; w < nvw; w += parts) a += accs[w * dmax + d];
+        red[l] = a;
     }
-    // accs[0..DV) is read above by other work-items: the barrier inside the
-    // helper comes before it writes `outs`.
-    fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2, q_ne.s1,
-                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red, last, wg);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Element d of the chunk's accumulator (the warps' sum).
+#define FV_ACC_SUM(d, a)                                                                    \
+    float a = 0.0f;                                                                         \
+    if (parts > 1)                                                                          \
+        for (int p = 0; p < parts; ++p) a += red[p * dv + (d)];                             \
+    else                                                                                    \
+        for (int w = 0; w < nvw; ++w) a += accs[w * dmax + (d)];
+    // The whole cache in this group (uniform over it): dst straight from
+    // local memory, without the partial state's write and read back. No
+    // return before the helpers' barriers (PoCL 3.1 miscompiles that).
+    const int whole = n_chunks == 1;
+    if (whole) {
+        for (int d = l; d < dv; d += wg) {
+            FV_ACC_SUM(d, a)
+            const float y = S == 0.0f ? 0.0f : a / S;
+            store_f32(AT(dst, d, h, iq, z), y);
+            accs[d] = y; // column d of accs is this work-item's alone
+        }
+    } else {
+        __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
+        for (int d = l; d < dv; d += wg) {
+            FV_ACC_SUM(d, a)
+            o[d] = a;
+        }
+    }
+#undef FV_ACC_SUM
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (whole) {
+        if (has_q8)
+            fa_store_q8_rows(accs, red, 1, dv, h, 1, iq, z, dst_ne, q8, q8_off, wg);
+    } else {
+        // accs[0..DV) and red were read above by other work-items: the
+        // barrier before this keeps the helper from overwriting them early.
+        fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2,
+                         q_ne.s1, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red,
+                         last, wg);
+    }
 }
 
 #define FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, WG, KPW, DMAX)                         \
@@ -564,4 +610,20 @@ FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 #ifndef FA_HELPERS_ONLY
 FV_KERNEL_SHAPED(kernel_fa_short_d128, 1, 0, 32, FS_WG, FS_KPW, 128)
 FV_KERNEL_SHAPED(kernel_fa_short_d64, 1, 0, 16, FS_WG, FS_KPW, 64)
+#endif
+
+// A cache of at most FO_WG / lanes * FO_KPW positions (plan/flash_attn.rs
+// `one_kernel`: 256 at head sizes up to 64, 128 up to 128): one group a
+// (query row, head) takes all of it in one step of loads and writes dst
+// itself, so there is no partial state, device-wide fence, counter or merge. The width is
+// required so that the compiler keeps the registers to what 512 work-items
+// may hold. Grid {FO_WG, n_q, n_head * ne3}.
+#define FO_WG 512
+#define FO_KPW 8
+#if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
+#define FO_KERNEL(NAME, LPK, DMAX)                                                          \
+    __attribute__((reqd_work_group_size(FO_WG, 1, 1)))                                      \
+    FV_KERNEL_SHAPED(NAME, 1, 0, LPK, FO_WG, FO_KPW, DMAX)
+FO_KERNEL(kernel_fa_one_d128, 32, 128)
+FO_KERNEL(kernel_fa_one_d64, 16, 64)
 #endif
