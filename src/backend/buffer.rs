@@ -226,6 +226,78 @@ unsafe extern "C" fn get_tensor(
     )
 }
 
+/// The backend vtable's `get_tensor_async` (backend/stream.rs): `size` bytes
+/// of `t` from `offset` into `data`, read by the device after the work
+/// enqueued on `backend` so far, without waiting for it; ggml's next
+/// synchronize of the backend waits for the read. Without this entry ggml
+/// synchronizes and then reads: a decode token's logits then cost a host
+/// round trip after the device's last kernel. A tensor in a buffer of
+/// another device is read at once (its own queue orders it); one outside
+/// polycl's plain buffers (a split buffer) goes through its buffer's
+/// get_tensor after the backend synchronized, as ggml's fallback does.
+pub(crate) unsafe extern "C" fn get_tensor_async(
+    backend: ggml_backend_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
+    super::void_entry(
+        "get_tensor_async",
+        || super::stream::ours(backend).map(|c| c.dev.clone()),
+        || {
+            let dev = super::stream::ours(backend)
+                .ok_or_else(|| {
+                    Error::InvalidArgument("get_tensor_async: NULL or not a polycl backend".into())
+                })?
+                .dev
+                .clone();
+            if data.is_null() && size > 0 {
+                return Err(Error::InvalidArgument("data is NULL".into()));
+            }
+            if t.is_null() {
+                return Err(Error::InvalidArgument("tensor is NULL".into()));
+            }
+            // SAFETY: non-NULL; ggml passes a valid tensor.
+            let data_at = unsafe { (*t).data } as u64;
+            if DeviceBuffer::resolve(data_at).is_none() {
+                // SAFETY: non-NULL; ggml passes a valid tensor.
+                let b = unsafe { (*t).buffer };
+                // SAFETY: ggml passes NULL or a live buffer.
+                let read = (!b.is_null())
+                    .then(|| unsafe { (*b).iface.get_tensor })
+                    .flatten();
+                let read = read.ok_or_else(|| {
+                    Error::InvalidArgument(
+                        "tensor is neither in a polycl buffer nor in a buffer that reads".into(),
+                    )
+                })?;
+                dev.synchronize()?;
+                // SAFETY: the tensor's own buffer's entry, as ggml_backend_tensor_get calls it.
+                unsafe { read(b, t, data, offset, size) };
+                return Ok(());
+            }
+            // SAFETY: non-NULL and valid per the contract.
+            let (buf, o) = unsafe { locate_in_tensor(t, offset, size) }?;
+            host_call(HostCall::GetTensor, || {
+                if Arc::ptr_eq(&buf.device, &dev) {
+                    // SAFETY: ggml keeps `data` (`size` writable bytes) until
+                    // it synchronizes the backend, which waits for the read.
+                    unsafe { buf.read_async(o, data as *mut u8, size) }
+                } else {
+                    let dst = if size == 0 {
+                        &mut [][..]
+                    } else {
+                        // SAFETY: non-NULL; the caller passes `size` writable bytes.
+                        unsafe { std::slice::from_raw_parts_mut(data as *mut u8, size) }
+                    };
+                    buf.read(o, dst)
+                }
+            })
+        },
+    )
+}
+
 unsafe extern "C" fn cpy_tensor(
     b: ggml_backend_buffer_t,
     src: *const ggml_tensor,

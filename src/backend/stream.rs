@@ -52,7 +52,7 @@ pub unsafe extern "C" fn init_backend(
                 get_name: Some(get_name),
                 free: Some(free),
                 set_tensor_async: None,
-                get_tensor_async: None,
+                get_tensor_async: Some(super::buffer::get_tensor_async),
                 set_tensor_2d_async: None,
                 get_tensor_2d_async: None,
                 cpy_tensor_async: Some(super::comm::cpy_tensor_async),

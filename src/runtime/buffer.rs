@@ -261,7 +261,30 @@ impl DeviceBuffer {
         // The read returned after every command before it, and is counted.
         self.device.drained_to(seen + 1);
         self.device.uploads_drained();
+        self.device.readbacks_drained();
         Ok(())
+    }
+
+    /// `read` without waiting (ggml's get_tensor_async, runtime/readback.rs):
+    /// the device copies the bytes after every command enqueued before this,
+    /// and the device's next synchronize (or blocking read) puts them in
+    /// `out`. Reads that cannot be staged read blocking, which is correct
+    /// too: the bytes are there earlier than promised.
+    ///
+    /// # Safety
+    /// `out` must stay valid for writes of `len` bytes, and unread by the
+    /// caller, until the device's next synchronize has returned.
+    pub unsafe fn read_async(&self, offset: usize, out: *mut u8, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: range checked; the caller's contract is passed on.
+        if unsafe { self.device.read_staged(self.mem.get(), offset, out, len) }? {
+            return Ok(());
+        }
+        // SAFETY: the caller passes `len` writable bytes at `out`.
+        self.read(offset, unsafe { std::slice::from_raw_parts_mut(out, len) })
     }
 
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
@@ -356,6 +379,7 @@ impl Device {
         self.in_order.finish().cl("clFinish")?;
         self.drained_to(seen);
         self.uploads_drained();
+        self.readbacks_drained();
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {

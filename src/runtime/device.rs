@@ -61,6 +61,9 @@ pub struct Device {
     pub(crate) addresses: OnceLock<Option<super::addresses::Patcher>>,
     /// Host copies of writes still in flight (`POLYCL_WRITE`, upload.rs).
     pub(crate) uploads: Mutex<super::upload::Uploads>,
+    /// Reads in flight that do not wait, and their pinned staging
+    /// (get_tensor_async, readback.rs).
+    pub(crate) readbacks: Mutex<super::readback::Readbacks>,
 }
 
 /// A device's queue lent for one enqueue (`Device::queue`); the command is
@@ -309,6 +312,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             step_groups: OnceLock::new(),
             addresses: OnceLock::new(),
             uploads: Mutex::new(Default::default()),
+            readbacks: Mutex::new(Default::default()),
         };
         log::info(&format!(
             "{}: {} ({}, {} MiB, max buffer {} MiB)",

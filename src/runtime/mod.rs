@@ -12,6 +12,7 @@ pub mod peer;
 pub mod profile;
 pub mod program;
 pub mod quant;
+pub mod readback;
 pub mod step;
 pub mod upload;
 

@@ -1,0 +1,140 @@
+//! The backend's `get_tensor_async` (backend/buffer.rs, runtime/readback.rs),
+//! driven as ggml drives it for llama's logits: the read is enqueued after
+//! the device's earlier work without a wait, through pinned staging, and the
+//! bytes are there once the backend synchronized. Bad input (a NULL destination, a range past the tensor, a
+//! foreign backend) is refused without writing anything or panicking.
+
+use ggml_polycl::backend::{reg, stream};
+use ggml_polycl::ggml::abi::*;
+use ggml_polycl::runtime::{devices, DeviceBuffer};
+use std::ffi::c_void;
+
+/// An F32 tensor of `n` elements at byte `at` of `buf`, as ggml lays it out
+/// (no ggml buffer: polycl finds the device buffer by the data address).
+fn tensor(buf: &DeviceBuffer, at: usize, n: i64) -> Box<ggml_tensor> {
+    // SAFETY: ggml_tensor is plain data; all-zero is a valid (empty) tensor.
+    let mut t: Box<ggml_tensor> = Box::new(unsafe { std::mem::zeroed() });
+    t.type_ = 0;
+    t.ne = [n, 1, 1, 1];
+    t.nb = [4, 4 * n as usize, 4 * n as usize, 4 * n as usize];
+    t.data = (buf.base as usize + at) as *mut c_void;
+    t
+}
+
+#[test]
+fn reads_after_earlier_work_and_lands_by_synchronize() {
+    let dev = &devices().expect("an OpenCL device (install pocl-opencl-icd)")[0];
+    // SAFETY: one of polycl's devices.
+    let b = unsafe { stream::init_backend(reg::plugin().devices[0], std::ptr::null()) };
+    assert!(!b.is_null());
+    // SAFETY: made by init_backend just above.
+    let (get_async, sync, free) = unsafe {
+        (
+            (*b).iface
+                .get_tensor_async
+                .expect("get_tensor_async is served"),
+            (*b).iface.synchronize.unwrap(),
+            (*b).iface.free.unwrap(),
+        )
+    };
+    let n = 32000usize; // a vocabulary's logits
+    let buf = DeviceBuffer::alloc(dev, 4 * n + 256).unwrap();
+    let t = tensor(&buf, 256, n as i64);
+    for round in 0..3u32 {
+        // Earlier work on the queue: a small write (held for a batch), a
+        // fill and a large write; the read comes after all of them.
+        let want: Vec<u8> = (0..4 * n as u32)
+            .map(|i| (i.wrapping_mul(31).wrapping_add(round * 7) % 251) as u8)
+            .collect();
+        buf.fill(256, 4 * n, 0xAB).unwrap();
+        buf.write(256, &want).unwrap();
+        buf.write(256 + 100, &want[100..164]).unwrap();
+        let mut got = vec![0u8; 4 * n];
+        let failures = dev.failures.load(std::sync::atomic::Ordering::Relaxed);
+        // Two reads in flight at once, the second from an offset into the
+        // tensor; nothing is promised before the synchronize.
+        let mut part = vec![0u8; 400];
+        // SAFETY: polycl backend, tensor in a polycl buffer, `got` and
+        // `part` kept until the synchronize.
+        unsafe {
+            get_async(b, &*t, got.as_mut_ptr() as *mut c_void, 0, got.len());
+            get_async(b, &*t, part.as_mut_ptr() as *mut c_void, 1000, part.len());
+            sync(b);
+        }
+        assert!(got == want, "round {round}: the async read's bytes");
+        assert_eq!(part, want[1000..1400], "round {round}: an offset read");
+        // Work enqueued after a read does not reach the bytes it read.
+        let mut before = vec![0u8; 64];
+        // SAFETY: as above.
+        unsafe { get_async(b, &*t, before.as_mut_ptr() as *mut c_void, 0, 64) };
+        buf.fill(256, 64, 0x11).unwrap();
+        // SAFETY: as above.
+        unsafe { sync(b) };
+        assert_eq!(
+            before,
+            want[..64],
+            "round {round}: a later fill leaked into the read"
+        );
+        assert_eq!(
+            dev.failures.load(std::sync::atomic::Ordering::Relaxed),
+            failures,
+            "no failure charged"
+        );
+    }
+
+    // Larger than the pinned staging takes (4 MiB): read at once, still
+    // right by the synchronize.
+    let big_n = (5usize << 20) / 4;
+    let big = DeviceBuffer::alloc(dev, 4 * big_n).unwrap();
+    let big_want: Vec<u8> = (0..4 * big_n as u32).map(|i| (i % 249) as u8).collect();
+    big.write(0, &big_want).unwrap();
+    let tb = tensor(&big, 0, big_n as i64);
+    let mut big_got = vec![0u8; 4 * big_n];
+    // SAFETY: as above.
+    unsafe {
+        get_async(
+            b,
+            &*tb,
+            big_got.as_mut_ptr() as *mut c_void,
+            0,
+            big_got.len(),
+        );
+        sync(b);
+    }
+    assert!(big_got == big_want, "a read past the staging's size");
+    DeviceBuffer::release(big.base);
+
+    // Refused, with nothing written and the failure charged to the device:
+    // a NULL destination, and a range past the tensor's bytes.
+    let failures = dev.failures.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: NULL data is what is being refused.
+    unsafe { get_async(b, &*t, std::ptr::null_mut(), 0, 16) };
+    let mut untouched = vec![0x5Au8; 64];
+    // SAFETY: `untouched` holds 64 bytes; the range asked past the tensor is refused first.
+    unsafe { get_async(b, &*t, untouched.as_mut_ptr() as *mut c_void, 4 * n - 8, 64) };
+    // SAFETY: as above.
+    unsafe { sync(b) };
+    assert!(untouched.iter().all(|&x| x == 0x5A), "a refused read wrote");
+    assert_eq!(
+        dev.failures.load(std::sync::atomic::Ordering::Relaxed),
+        failures + 2,
+        "each refused read is charged to the device"
+    );
+    // A backend that is not polycl's is refused the same way (no panic).
+    let mut out = [0u8; 4];
+    // SAFETY: NULL backend is what is being refused.
+    unsafe {
+        get_async(
+            std::ptr::null_mut(),
+            &*t,
+            out.as_mut_ptr() as *mut c_void,
+            0,
+            4,
+        )
+    };
+    assert_eq!(out, [0u8; 4]);
+
+    DeviceBuffer::release(buf.base);
+    // SAFETY: made by init_backend; freed once.
+    unsafe { free(b) };
+}
