@@ -281,6 +281,8 @@ FIELDS = [
     ("set_tensor us", r"set_tensor \d+ in ([\d.]+) us"),
     ("get_tensor us", r"get_tensor \d+ in ([\d.]+) us"),
     ("synchronize us", r"synchronize \d+ in ([\d.]+) us"),
+    ("get_tensor_async us", r"get_tensor_async \d+ in ([\d.]+) us"),
+    ("graph_optimize us", r"graph_optimize \d+ in ([\d.]+) us"),
 ]
 rows = [(m.group(1), l) for l in open(sys.argv[1], errors="replace")
         if (m := re.search(r"span: (\d+) launches", l)) and "GPU idle" in l]

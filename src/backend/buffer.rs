@@ -279,7 +279,7 @@ pub(crate) unsafe extern "C" fn get_tensor_async(
             }
             // SAFETY: non-NULL and valid per the contract.
             let (buf, o) = unsafe { locate_in_tensor(t, offset, size) }?;
-            host_call(HostCall::GetTensor, || {
+            host_call(HostCall::GetTensorAsync, || {
                 if Arc::ptr_eq(&buf.device, &dev) {
                     // SAFETY: ggml keeps `data` (`size` writable bytes) until
                     // it synchronizes the backend, which waits for the read.

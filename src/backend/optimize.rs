@@ -12,6 +12,7 @@ use super::stream::ours;
 use crate::capi::boundary::guard;
 use crate::ggml::abi::*;
 use crate::ggml::ops::{OP_ADD, OP_MUL, OP_MUL_MAT, OP_RMS_NORM, OP_ROPE};
+use crate::runtime::profile::{host_call, HostCall};
 
 /// How far ahead a sibling matmul is looked for.
 const WINDOW: usize = 24;
@@ -203,15 +204,17 @@ pub unsafe extern "C" fn graph_optimize(
         }
         // SAFETY: non-NULL; ggml passes a valid graph it lets us reorder.
         let g = unsafe { &mut *g };
-        // SAFETY: as above; group_sibling_matmuls returns early unless every
-        // node pointer is non-NULL, and keep_alive runs only then.
-        unsafe {
-            group_sibling_matmuls(g);
-            if !g.nodes.is_null()
-                && (0..g.n_nodes.max(0) as usize).all(|i| !(*g.nodes.add(i)).is_null())
-            {
-                keep_alive(g, params);
+        host_call(HostCall::GraphOptimize, || {
+            // SAFETY: as above; group_sibling_matmuls returns early unless
+            // every node pointer is non-NULL, and keep_alive runs only then.
+            unsafe {
+                group_sibling_matmuls(g);
+                if !g.nodes.is_null()
+                    && (0..g.n_nodes.max(0) as usize).all(|i| !(*g.nodes.add(i)).is_null())
+                {
+                    keep_alive(g, params);
+                }
             }
-        }
+        })
     })
 }

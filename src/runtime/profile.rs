@@ -44,8 +44,8 @@ pub fn any() -> bool {
 /// returned and the next graph compute began.
 #[derive(Default, Clone, Copy)]
 pub struct HostGap {
-    /// (calls, time inside them) of set_tensor, get_tensor and synchronize.
-    pub calls: [(u32, Duration); 3],
+    /// (calls, time inside them) of each HostCall, in its order.
+    pub calls: [(u32, Duration); 5],
     pub first_wait_return: Option<Instant>,
     pub last_wait_return: Option<Instant>,
     pub compute_entry: Option<Instant>,
@@ -57,6 +57,11 @@ pub enum HostCall {
     SetTensor = 0,
     GetTensor = 1,
     Synchronize = 2,
+    /// Not a wait: the read is enqueued (runtime/readback.rs).
+    GetTensorAsync = 3,
+    /// ggml's graph_optimize of each split (backend/optimize.rs), host
+    /// work of llama's between two computes.
+    GraphOptimize = 4,
 }
 
 static HOST_GAP: Mutex<Option<HostGap>> = Mutex::new(None);
@@ -73,7 +78,7 @@ pub fn host_call<T>(kind: HostCall, f: impl FnOnce() -> T) -> T {
     let c = &mut g.calls[kind as usize];
     c.0 += 1;
     c.1 += t.elapsed();
-    if !matches!(kind, HostCall::SetTensor) {
+    if matches!(kind, HostCall::GetTensor | HostCall::Synchronize) {
         let now = Instant::now();
         g.first_wait_return.get_or_insert(now);
         g.last_wait_return = Some(now);
@@ -204,7 +209,7 @@ fn gap_text(s: &Span, queued: u64, start: u64, prev_end: u64) -> String {
             host_us(entry, s.first_enqueued)
         );
     }
-    let [set, get, sync] = g.calls;
+    let [set, get, sync, get_async, optimize] = g.calls;
     t += &format!(
         "; set_tensor {} in {:.1} us, get_tensor {} in {:.1} us, synchronize {} in {:.1} us",
         set.0,
@@ -213,6 +218,13 @@ fn gap_text(s: &Span, queued: u64, start: u64, prev_end: u64) -> String {
         get.1.as_secs_f64() * 1e6,
         sync.0,
         sync.1.as_secs_f64() * 1e6
+    );
+    t += &format!(
+        ", get_tensor_async {} in {:.1} us, graph_optimize {} in {:.1} us",
+        get_async.0,
+        get_async.1.as_secs_f64() * 1e6,
+        optimize.0,
+        optimize.1.as_secs_f64() * 1e6
     );
     t
 }
