@@ -369,10 +369,13 @@ impl Device {
     /// - writes held for a batch stay held: their bytes are copied already,
     ///   and every later command sends them first (sending them here made
     ///   each input a launch and a wait, docs/perf.md step 43);
-    /// - a queue with nothing enqueued since it last drained (by the logits'
-    ///   read, in decode) is not waited for.
+    /// - a queue with nothing enqueued since it last drained is not waited
+    ///   for (its staged reads, readback.rs, are complete and copied on).
     pub fn synchronize(&self) -> Result<()> {
         if self.idle() {
+            // Another thread's wait may have drained the queue and not yet
+            // copied the staged reads on (readback.rs): they are complete.
+            self.readbacks_drained();
             return Ok(());
         }
         let seen = self.enqueued_now();

@@ -615,9 +615,10 @@ FV_KERNEL_SHAPED(kernel_fa_short_d64, 1, 0, 16, FS_WG, FS_KPW, 64)
 // A cache of at most FO_WG / lanes * FO_KPW positions (plan/flash_attn.rs
 // `one_kernel`: 256 at head sizes up to 64, 128 up to 128): one group a
 // (query row, head) takes all of it in one step of loads and writes dst
-// itself, so there is no partial state, device-wide fence, counter or merge. The width is
-// required so that the compiler keeps the registers to what 512 work-items
-// may hold. Grid {FO_WG, n_q, n_head * ne3}.
+// itself, so there is no partial state, device-wide fence, counter or
+// merge. The width is required so that the compiler keeps the registers to
+// what 512 work-items may hold (98 on the H200). Grid {FO_WG, n_q,
+// n_head * ne3}.
 #define FO_WG 512
 #define FO_KPW 8
 #if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
