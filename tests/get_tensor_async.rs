@@ -6,8 +6,29 @@
 
 use ggml_polycl::backend::{reg, stream};
 use ggml_polycl::ggml::abi::*;
-use ggml_polycl::runtime::{devices, DeviceBuffer};
+use ggml_polycl::runtime::{devices, Device, DeviceBuffer};
 use std::ffi::c_void;
+use std::sync::{Arc, Once};
+
+/// The OpenCL devices, two where PoCL can make them (`POCL_DEVICES`, set
+/// before the first discovery when unset), for the read across devices.
+fn devs() -> &'static [Arc<Device>] {
+    static ENV: Once = Once::new();
+    ENV.call_once(|| {
+        if std::env::var_os("POCL_DEVICES").is_none() {
+            std::env::set_var("POCL_DEVICES", "pthread pthread");
+        }
+    });
+    devices().expect("an OpenCL device (install pocl-opencl-icd)")
+}
+
+/// A backend of polycl device `i`, as ggml makes it.
+fn backend(i: usize) -> ggml_backend_t {
+    // SAFETY: one of polycl's devices.
+    let b = unsafe { stream::init_backend(reg::plugin().devices[i], std::ptr::null()) };
+    assert!(!b.is_null());
+    b
+}
 
 /// An F32 tensor of `n` elements at byte `at` of `buf`, as ggml lays it out
 /// (no ggml buffer: polycl finds the device buffer by the data address).
@@ -23,10 +44,8 @@ fn tensor(buf: &DeviceBuffer, at: usize, n: i64) -> Box<ggml_tensor> {
 
 #[test]
 fn reads_after_earlier_work_and_lands_by_synchronize() {
-    let dev = &devices().expect("an OpenCL device (install pocl-opencl-icd)")[0];
-    // SAFETY: one of polycl's devices.
-    let b = unsafe { stream::init_backend(reg::plugin().devices[0], std::ptr::null()) };
-    assert!(!b.is_null());
+    let dev = &devs()[0];
+    let b = backend(0);
     // SAFETY: made by init_backend just above.
     let (get_async, sync, free) = unsafe {
         (
@@ -135,6 +154,84 @@ fn reads_after_earlier_work_and_lands_by_synchronize() {
     assert_eq!(out, [0u8; 4]);
 
     DeviceBuffer::release(buf.base);
+    // SAFETY: made by init_backend; freed once.
+    unsafe { free(b) };
+}
+
+/// A host buffer's get_tensor, as a ggml buffer outside polycl's plain ones
+/// (a split buffer, say) has one: copies from the tensor's data.
+unsafe extern "C" fn host_get(
+    _b: ggml_backend_buffer_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
+    // SAFETY: the test's tensor points at `size` readable bytes past `offset`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(((*t).data as *const u8).add(offset), data as *mut u8, size)
+    };
+}
+
+#[test]
+fn tensors_outside_the_backends_device_are_read_their_own_way() {
+    let all = devs();
+    let b = backend(0);
+    // SAFETY: made by init_backend just above.
+    let (get_async, sync, free) = unsafe {
+        (
+            (*b).iface.get_tensor_async.unwrap(),
+            (*b).iface.synchronize.unwrap(),
+            (*b).iface.free.unwrap(),
+        )
+    };
+    let n = 1024usize;
+    let want: Vec<u8> = (0..4 * n as u32).map(|i| (i % 241) as u8).collect();
+
+    // Not in a polycl buffer: through the tensor's buffer's own get_tensor.
+    // SAFETY: ggml_backend_buffer is plain data; all-zero is "no entries".
+    let mut host_buf: Box<ggml_backend_buffer> = Box::new(unsafe { std::mem::zeroed() });
+    host_buf.iface.get_tensor = Some(host_get);
+    let host = want.clone();
+    // SAFETY: as `tensor` builds it, with host data and a buffer.
+    let mut th: Box<ggml_tensor> = Box::new(unsafe { std::mem::zeroed() });
+    th.ne = [n as i64, 1, 1, 1];
+    th.nb = [4, 4 * n, 4 * n, 4 * n];
+    th.data = host.as_ptr() as *mut c_void;
+    th.buffer = &mut *host_buf;
+    let mut got = vec![0u8; 4 * n];
+    // SAFETY: polycl backend; the tensor's buffer reads synchronously.
+    unsafe {
+        get_async(b, &*th, got.as_mut_ptr() as *mut c_void, 8, 100);
+        sync(b);
+    }
+    assert_eq!(got[..100], want[8..108], "the buffer's get_tensor");
+    // Without a buffer that reads, it is refused and nothing is written.
+    th.buffer = std::ptr::null_mut();
+    let mut none = vec![0u8; 16];
+    // SAFETY: as above.
+    unsafe { get_async(b, &*th, none.as_mut_ptr() as *mut c_void, 0, 16) };
+    assert_eq!(none, vec![0u8; 16]);
+
+    // In a buffer of another device: read by that device's queue.
+    if all.len() >= 2 {
+        let other = DeviceBuffer::alloc(&all[1], 4 * n).unwrap();
+        other.write(0, &want).unwrap();
+        let t1 = tensor(&other, 0, n as i64);
+        let mut from1 = vec![0u8; 4 * n];
+        // SAFETY: as above.
+        unsafe {
+            get_async(b, &*t1, from1.as_mut_ptr() as *mut c_void, 0, from1.len());
+            sync(b);
+        }
+        assert!(
+            from1 == want,
+            "a tensor on device 1 read through device 0's backend"
+        );
+        DeviceBuffer::release(other.base);
+    } else {
+        eprintln!("one OpenCL device: the read across devices is not exercised");
+    }
     // SAFETY: made by init_backend; freed once.
     unsafe { free(b) };
 }
