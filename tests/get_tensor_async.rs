@@ -42,6 +42,13 @@ fn tensor(buf: &DeviceBuffer, at: usize, n: i64) -> Box<ggml_tensor> {
     t
 }
 
+/// `len` bytes at `at` of `buf`, by a blocking read.
+fn buf_bytes(buf: &DeviceBuffer, at: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    buf.read(at, &mut v).unwrap();
+    v
+}
+
 #[test]
 fn reads_after_earlier_work_and_lands_by_synchronize() {
     let dev = &devs()[0];
@@ -100,6 +107,31 @@ fn reads_after_earlier_work_and_lands_by_synchronize() {
             "no failure charged"
         );
     }
+
+    // Larger than the staging made so far (256 KiB): it is replaced by a
+    // larger one, since no read is in flight, and the read is still staged.
+    let mid_n = (1usize << 20) / 4;
+    let mid = DeviceBuffer::alloc(dev, 4 * mid_n).unwrap();
+    let mid_want: Vec<u8> = (0..4 * mid_n as u32).map(|i| (i % 239) as u8).collect();
+    mid.write(0, &mid_want).unwrap();
+    let tm = tensor(&mid, 0, mid_n as i64);
+    let mut mid_got = vec![0u8; 4 * mid_n];
+    let mut small = vec![0u8; 64];
+    // SAFETY: as above.
+    unsafe {
+        get_async(
+            b,
+            &*tm,
+            mid_got.as_mut_ptr() as *mut c_void,
+            0,
+            mid_got.len(),
+        );
+        get_async(b, &*t, small.as_mut_ptr() as *mut c_void, 0, 64);
+        sync(b);
+    }
+    assert!(mid_got == mid_want, "a read that grew the staging");
+    assert_eq!(small, buf_bytes(&buf, 256, 64), "a read beside it");
+    DeviceBuffer::release(mid.base);
 
     // Larger than the pinned staging takes (4 MiB): read at once, still
     // right by the synchronize.

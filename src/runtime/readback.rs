@@ -15,6 +15,7 @@
 use super::device::Device;
 use crate::error::{ClContext, Error, Result};
 use opencl3::command_queue as cq;
+use opencl3::error_codes::CL_MAP_FAILURE;
 use opencl3::event::{Event, CL_COMPLETE};
 use opencl3::memory::{Buffer, ClMem, CL_MAP_READ, CL_MAP_WRITE, CL_MEM_ALLOC_HOST_PTR};
 use opencl3::types::{cl_mem, CL_BLOCKING, CL_NON_BLOCKING};
@@ -37,10 +38,11 @@ pub struct Readbacks {
     pending: Vec<(Event, usize, usize, usize)>,
 }
 
-/// A pinned host buffer, mapped for the device's lifetime (devices live as
-/// long as the process: `devices()` holds them).
+/// A pinned host buffer, mapped while it serves (replaced by a larger one
+/// only when no read is in flight; the last one lives as long as its
+/// device, which `devices()` holds for the process).
 struct Staging {
-    _buf: Buffer<u8>,
+    buf: Buffer<u8>,
     /// The mapped pointer, as an address.
     at: usize,
     size: usize,
@@ -90,6 +92,21 @@ impl Device {
         if !r.pending.is_empty() {
             return Ok(None);
         }
+        // Nothing is in flight through the old staging (if any): let it go.
+        if let Some(old) = r.staging.take() {
+            // SAFETY: the pointer is the old buffer's mapping, made by the
+            // map below; no read in flight lands in it.
+            let ev = unsafe {
+                cq::enqueue_unmap_mem_object(
+                    self.queue()?.get(),
+                    old.buf.get(),
+                    old.at as *mut c_void,
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            super::buffer::finish_event(ev, "clEnqueueUnmapMemObject")?;
+        }
         let size = len.next_power_of_two().max(256 << 10);
         // SAFETY: no host pointer is passed; the driver allocates host memory.
         let buf = unsafe {
@@ -103,7 +120,7 @@ impl Device {
         .cl("clCreateBuffer (pinned staging)")?;
         let mut at: cl_mem = std::ptr::null_mut();
         // SAFETY: a blocking map of the whole fresh buffer; the pointer it
-        // returns stays valid while the buffer lives mapped (never unmapped).
+        // returns stays valid while the buffer lives and stays mapped.
         let ev = unsafe {
             cq::enqueue_map_buffer(
                 self.queue()?.get(),
@@ -119,10 +136,10 @@ impl Device {
         };
         super::buffer::finish_event(ev, "clEnqueueMapBuffer")?;
         if at.is_null() {
-            return Err(Error::OpenCl("clEnqueueMapBuffer", -5));
+            return Err(Error::OpenCl("clEnqueueMapBuffer", CL_MAP_FAILURE));
         }
         r.staging = Some(Staging {
-            _buf: buf,
+            buf,
             at: at as usize,
             size,
         });
