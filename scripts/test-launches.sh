@@ -14,7 +14,7 @@
 # plan/attn_o.rs) it must be 4 a layer + 3; without matmul_norm
 # (POLYCL_FUSE_SKIP=matmul_norm, which also turns row_select off) 7 a layer + 4.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
-# (kernel_fa_vec), the Q/K/V projections with rope and cache writes in their epilogue
+# (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V projections with rope and cache writes in their epilogue
 # (kernel_mul_mv_group_rope_q4_0), the matvec + norm (kernel_mul_mv_norm_q4_0) and the norm
 # spread over several work-groups (kernel_fused_rms_norm_wide),
 # which needs the allocator to keep a residual add's inputs alive (backend/optimize.rs); the
@@ -63,7 +63,7 @@ for fa in on off; do
   n2=$(launches 2 "$fa")
   n6=$(launches 6 "$fa")
   if [[ $fa == on ]]; then
-    for k in 'kernel_fa_vec(_d128|_d64)?' kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_norm_q4_0 \
+    for k in 'kernel_fa_(vec|one)(_d128|_d64)?' kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_norm_q4_0 \
       kernel_fused_rms_norm_wide; do
       grep -qwE "$k" "$KERNELS" || { echo "FAIL: decode step (fa on) does not run $k"; fail=1; }
     done
@@ -108,7 +108,7 @@ out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREED
   --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | tail -n 20 >&2; die "Q4_K_M generation failed"; }
 kq=$(echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1)
 echo "Q4_K_M, fa on: decode step: $kq"
-for k in kernel_mul_mv_glu_q4_k 'kernel_fa_vec(_d128|_d64)?' kernel_mul_mv_norm_q4_k kernel_fused_rms_norm_wide; do
+for k in kernel_mul_mv_glu_q4_k 'kernel_fa_(vec|one)(_d128|_d64)?' kernel_mul_mv_norm_q4_k kernel_fused_rms_norm_wide; do
   grep -qwE "$k" <<<"$kq" || { echo "FAIL: Q4_K_M decode step (fa on) does not run $k"; fail=1; }
 done
 grep -qE 'kernel_mul_mv_group_rope_(q4_k|mixed)' <<<"$kq" ||
