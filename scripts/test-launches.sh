@@ -14,7 +14,8 @@
 # plan/attn_o.rs) it must be 4 a layer + 3; without matmul_norm
 # (POLYCL_FUSE_SKIP=matmul_norm, which also turns row_select off) 7 a layer + 4.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
-# (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V projections with rope and cache writes in their epilogue
+# (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V
+# projections with rope and cache writes in their epilogue
 # (kernel_mul_mv_group_rope_q4_0), the matvec + norm (kernel_mul_mv_norm_q4_0) and the norm
 # spread over several work-groups (kernel_fused_rms_norm_wide),
 # which needs the allocator to keep a residual add's inputs alive (backend/optimize.rs); the
