@@ -3,7 +3,7 @@
 //   greedy --list-devices          (name, type, description, memory of every ggml device)
 //   greedy -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor] [--ts A/B/...]
 //          [--fa on|off] [-n N] [-b B] [-t T] (-p TEXT | --prompt-tokens P) [--warmup]
-//          [--margins] [--top K] [--logits FILE] [-v]
+//          [--margins] [--top K] [--logits FILE] [--embd FILE] [-v]
 //
 // --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
 //              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
@@ -14,6 +14,8 @@
 // --ts A/B     tensor-split ratios, one per device (llama's -ts); default: none (all zero).
 // --logits F   writes the float logits of every generation step to F (raw, n_vocab floats per
 //              step), so runs can be compared bit for bit.
+// --embd F     asks llama for embeddings too and writes the last token's (the output norm's
+//              row, n_embd floats) of every generation step to F (raw).
 // The prompt is decoded in batches of B tokens (n_batch = n_ubatch = B), then N tokens are
 // generated one per llama_decode by argmax over the logits (lowest id wins a tie).
 //
@@ -48,7 +50,7 @@ static void usage(const char * argv0) {
             "       %s -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor]\n"
             "          [--ts A/B/...] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
             "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K]\n"
-            "          [--logits FILE] [-v]\n",
+            "          [--logits FILE] [--embd FILE] [-v]\n",
             argv0, argv0);
 }
 
@@ -133,6 +135,7 @@ int main(int argc, char ** argv) {
     const char * split_mode   = NULL;
     const char * ts_arg       = NULL;
     const char * logits_path  = NULL;
+    const char * embd_path    = NULL;
     const char * prompt_text  = NULL;
     int          prompt_ntok  = -1;
     int          n_gen        = 32;
@@ -173,6 +176,8 @@ int main(int argc, char ** argv) {
             ts_arg = argv[++i];
         } else if (strcmp(a, "--logits") == 0) {
             logits_path = argv[++i];
+        } else if (strcmp(a, "--embd") == 0) {
+            embd_path = argv[++i];
         } else if (strcmp(a, "--fa") == 0) {
             const char * v = argv[++i];
             if (strcmp(v, "on") == 0) {
@@ -357,6 +362,7 @@ int main(int argc, char ** argv) {
     cparams.n_threads_batch             = n_threads;
     cparams.flash_attn_type             = fa;
     cparams.no_perf                     = true;
+    cparams.embeddings                  = embd_path != NULL;
     struct llama_context * ctx          = llama_init_from_model(model, cparams);
     if (ctx == NULL) {
         die("%s", "cannot create the llama context");
@@ -396,6 +402,15 @@ int main(int argc, char ** argv) {
         }
     }
 
+    FILE *    embd_file = NULL;
+    const int n_embd    = llama_model_n_embd(model);
+    if (embd_path != NULL) {
+        embd_file = fopen(embd_path, "wb");
+        if (embd_file == NULL) {
+            die("cannot write %s", embd_path);
+        }
+    }
+
     // Greedy generation, one token per llama_decode.
     llama_token * out        = malloc(sizeof(llama_token) * (size_t) (n_gen > 0 ? n_gen : 1));
     double *      margins    = malloc(sizeof(double) * (size_t) (n_gen > 0 ? n_gen : 1));
@@ -413,6 +428,15 @@ int main(int argc, char ** argv) {
         }
         if (logits_file != NULL && fwrite(logits, sizeof(float), (size_t) n_vocab, logits_file) != (size_t) n_vocab) {
             die("cannot write %s", logits_path);
+        }
+        if (embd_file != NULL) {
+            const float * embd = llama_get_embeddings_ith(ctx, -1);
+            if (embd == NULL) {
+                die("%s", "no embeddings");
+            }
+            if (fwrite(embd, sizeof(float), (size_t) n_embd, embd_file) != (size_t) n_embd) {
+                die("cannot write %s", embd_path);
+            }
         }
         int   best = 0;
         float b1 = -INFINITY, b2 = -INFINITY;
@@ -471,6 +495,9 @@ int main(int argc, char ** argv) {
     const double t2 = now_s();
     if (logits_file != NULL && fclose(logits_file) != 0) {
         die("cannot write %s", logits_path);
+    }
+    if (embd_file != NULL && fclose(embd_file) != 0) {
+        die("cannot write %s", embd_path);
     }
 
     printf("tokens:");

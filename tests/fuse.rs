@@ -435,3 +435,93 @@ fn one_row_selections_become_views_and_the_o_projection_meets_its_norm() {
         2
     );
 }
+
+/// llama's last layer and output: o = w x; sum = o + res; the norm of sum
+/// times its weight, which the host may read (a result) and the lm head
+/// reads. `deep`: res is the sum of an O projection and its residual whose
+/// FFN norm the gate and up matmuls read, and x their GLU (a decode step's
+/// last layer); else res and x are parameters (a prompt's last layer, after
+/// its row selection). `extra`: the weighted norm is also read by a Scale.
+/// Returns the graph and the weighted norm's memory.
+fn output_norm_graph(deep: bool, extra: bool) -> (Graph, Place) {
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let res = b.param(F32, [E, 1, 1, 1]);
+    let mut hidden = vec![];
+    let (x, res, k) = if deep {
+        let w = b.param(Q4_0, [E, E, 1, 1]);
+        let o = b.node(Op::MulMat, vec![w, x], F32, [E, 1, 1, 1]);
+        let s = b.node(Op::Binary(BinaryOp::Add), vec![o, res], F32, [E, 1, 1, 1]);
+        let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![s], F32, [E, 1, 1, 1]);
+        let nw = b.param(F32, [E, 1, 1, 1]);
+        let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
+        hidden.extend([n, m]);
+        (b.gate_up_glu(m, Q4_0, false), s, 512)
+    } else {
+        (x, res, E)
+    };
+    let w = b.param(Q4_0, [k, E, 1, 1]);
+    let o = b.node(Op::MulMat, vec![w, x], F32, [E, 1, 1, 1]);
+    let sum = b.node(Op::Binary(BinaryOp::Add), vec![o, res], F32, [E, 1, 1, 1]);
+    let n = b.node(Op::RmsNorm { eps: 1e-5 }, vec![sum], F32, [E, 1, 1, 1]);
+    let nw = b.param(F32, [E, 1, 1, 1]);
+    let m = b.node(Op::Binary(BinaryOp::Mul), vec![n, nw], F32, [E, 1, 1, 1]);
+    let head = b.param(Q4_0, [E, 1000, 1, 1]);
+    b.node(Op::MulMat, vec![head, m], F32, [1000, 1, 1, 1]);
+    if extra {
+        let scale = Op::Scale {
+            scale: 2.0,
+            bias: 0.0,
+        };
+        b.node(scale, vec![m], F32, [E, 1, 1, 1]);
+    }
+    hidden.push(n);
+    b.g.results.retain(|v| !hidden.contains(v));
+    let place = b.g.output(m).place;
+    (b.g, place)
+}
+
+#[test]
+fn the_output_norm_meets_the_last_down_projection_and_the_lm_head_writes_its_row() {
+    let (mut g, row) = output_norm_graph(true, false);
+    let f = fuse::run(&mut g);
+    assert_eq!((f.rms_norm, f.matmul_glu, f.matmul_norm), (2, 1, 2));
+    assert_eq!(g.count("MulMatAddRmsNorm"), 2);
+    assert_eq!(g.count("MulMatNormed"), 1);
+    assert_eq!(g.count("MulMat") + g.count("FusedAddRmsNorm"), 0);
+    let find = |g: &Graph, kind: &str| {
+        (0..g.nodes.len())
+            .rev()
+            .find(|&i| g.nodes[i].op.kind() == kind)
+    };
+    let (mvn, head) = (
+        find(&g, "MulMatAddRmsNorm").unwrap(),
+        find(&g, "MulMatNormed").unwrap(),
+    );
+    // The head reads the weighted norm (through its Q8_1 copy), the sum and
+    // the norm weight, and writes the row in the row's memory in its place
+    // among the results.
+    let hn = &g.nodes[head];
+    assert_eq!(
+        hn.inputs[1..],
+        [
+            Value::new(mvn, 3),
+            g.nodes[mvn].inputs[2],
+            Value::new(mvn, 1)
+        ]
+    );
+    assert_eq!(g.users(Value::new(mvn, 1)), vec![head]);
+    assert!(!g.results.contains(&Value::new(mvn, 1)));
+    assert!(g.results.contains(&Value::new(head, 1)));
+    assert!(g.results.contains(&Value::new(head, 0)));
+    assert_eq!(hn.outputs[1].place, row);
+    assert_eq!(hn.outputs[1].ty, g.output(Value::new(mvn, 1)).ty);
+    // Another reader of the row as floats, or a residual without shares
+    // (the kernel's factor c would be 1): the output norm stays apart.
+    let (mut g, _) = output_norm_graph(true, true);
+    assert_eq!(fuse::run(&mut g).matmul_norm, 1);
+    assert_eq!(g.count("MulMatNormed"), 0);
+    let (mut g, _) = output_norm_graph(false, false);
+    assert_eq!(fuse::run(&mut g).matmul_norm, 0);
+    assert_eq!(g.count("MulMatNormed"), 0);
+}

@@ -4,6 +4,7 @@
 // split the same way). Checks each variant against a host reference and
 // prints GPU time per launch (profiling events) and the weight bandwidth.
 // Build: cc -O2 matvec-layout.c -lOpenCL -lm
+// Usage: matvec-layout [bytes cycled through] [COLSxROWS,...]
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <math.h>
@@ -63,8 +64,20 @@ int main(int argc, char **argv) {
     cl_int e;
     const int nv = mv_open(&d, &ctx, &q);
     const long big = argc > 1 ? atol(argv[1]) : (1L << 30);  // bytes of weights cycled through
-    const int shapes[][2] = {{4096, 4096}, {4096, 22016}, {11008, 4096}, {2048, 2048}};
-    for (int si = 0; si < 4; ++si) {
+    // Shapes (columns x rows): argv[2] as "COLSxROWS,..." (at most 8), or the 7B's.
+    int shapes[8][2] = {{4096, 4096}, {4096, 22016}, {11008, 4096}, {2048, 2048}};
+    int nshapes = 4;
+    if (argc > 2) {
+        nshapes = 0;
+        for (const char *s = argv[2]; *s && nshapes < 8;) {
+            if (sscanf(s, "%dx%d", &shapes[nshapes][0], &shapes[nshapes][1]) != 2) break;
+            ++nshapes;
+            s = strchr(s, ',');
+            if (!s) break;
+            ++s;
+        }
+    }
+    for (int si = 0; si < nshapes; ++si) {
         const int ncols = shapes[si][0], nrows = shapes[si][1], nb = ncols / 32;
         const long mat = (long)nrows * nb * 18;
         const int ncopies = (int)(big / mat) + 1;
@@ -93,6 +106,8 @@ int main(int argc, char **argv) {
         cl_mem bs = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * 36, acts, &e);
         cl_mem bd = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(float) * nrows, NULL, &e);
         struct { const char *kernel; int rows, unroll, warps, split_act; } vs[] = {
+            {"aos", 2, 2, 4, 0}, {"aos", 4, 2, 4, 0}, {"aos", 8, 2, 4, 0}, {"aos", 4, 2, 2, 0},
+            {"aos", 2, 2, 16, 0}, {"aos", 8, 2, 1, 0},
             {"aos", 2, 4, 4, 0}, {"aos", 1, 4, 4, 0}, {"aos", 4, 4, 4, 0}, {"aos", 2, 8, 4, 0},
             {"soa", 2, 4, 4, 0}, {"soa", 1, 4, 4, 0}, {"soa", 4, 4, 4, 0}, {"soa", 2, 8, 4, 0},
             {"soa", 2, 4, 4, 1}, {"soa", 4, 4, 4, 1}, {"soa", 2, 4, 8, 1}, {"soa", 1, 4, 2, 1},

@@ -167,9 +167,6 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     // SAFETY: as above.
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
     let mut ir = frontend::translate(&dec)?;
-    if std::env::var("POLYCL_DUMP_TMP").is_ok() {
-        eprintln!("{}", crate::ir::dump::dump(&ir));
-    }
     passes::run_pipeline(&mut ir, &mut [])?;
     if config::get().fuse && crate::plan::mul_mv::wanted(&c.dev) {
         let fused = passes::fuse::run_for(&mut ir, c.dev.max_work_group);

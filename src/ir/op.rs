@@ -85,7 +85,8 @@ pub enum Op {
     // Fused ops, made by `passes::fuse` on plans for devices that run the fast
     // kernels. Each writes every output of the nodes it replaced (one port
     // each, listed per variant), so the host can still read any of them;
-    // MulMatAddNorm alone leaves two unwritten, which nothing reads.
+    // MulMatAddNorm alone leaves two unwritten, which nothing reads as
+    // floats (or a MulMatNormed writes one of them, in its own port).
     /// [Add ->] RmsNorm -> Mul(weight row). inputs: [x, w] or [a, b, w];
     /// outputs: [normed * w, normed] or [normed * w, normed, a + b].
     FusedRmsNorm {
@@ -116,6 +117,13 @@ pub enum Op {
     MulMatAddNorm {
         eps: f32,
     },
+    /// A decode matmul of a MulMatAddNorm's normed * weight (its only
+    /// reader, through that Q8_1 copy) that also writes the row itself for
+    /// the host: llama's output norm, which the host may read, and the lm
+    /// head. inputs: [w, sum, norm weight, x] (x: the MulMatAddNorm's
+    /// weighted norm, sum: its w x + res); outputs: [w x, normed * weight]
+    /// (the latter in x's memory, which the MulMatAddNorm leaves unwritten).
+    MulMatNormed,
 }
 
 /// Which matrix of a MulMatGroupRope is Q, K and V, and the rope.
@@ -226,6 +234,7 @@ impl Op {
             Op::RopeStore(_) => "RopeStore",
             Op::MulMatGroupRope(_) => "MulMatGroupRope",
             Op::MulMatAddNorm { .. } => "MulMatAddRmsNorm",
+            Op::MulMatNormed => "MulMatNormed",
         }
     }
 
@@ -270,7 +279,7 @@ impl Op {
                 let n = 9 + p.rope.has_freq_factors as usize;
                 n..=n
             }
-            Op::MulMatAddNorm { .. } => 4..=4,
+            Op::MulMatAddNorm { .. } | Op::MulMatNormed => 4..=4,
         }
     }
 

@@ -426,7 +426,8 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
             | Op::MulMatGlu { .. }
             | Op::RopeStore(_)
             | Op::MulMatGroupRope(_)
-            | Op::MulMatAddNorm { .. } => {
+            | Op::MulMatAddNorm { .. }
+            | Op::MulMatNormed => {
                 return Err(bad(format!(
                     "{} is made by the ggml path's fusion passes only",
                     n.op.kind()

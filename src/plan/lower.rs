@@ -408,6 +408,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         Op::RopeStore(p) => super::rope_store::lower(b, id, n, p, out),
         Op::MulMatGroupRope(p) => super::group_rope::lower(b, id, n, p, out),
         Op::MulMatAddNorm { eps } => super::matmul_norm::lower(b, id, n, *eps, out),
+        Op::MulMatNormed => super::matmul_norm::lower_normed(b, id, n, out),
         Op::FlashAttn {
             scale,
             max_bias,

@@ -8,7 +8,7 @@
 //! 1/(rms * c) from them (`NormScale`, MV_NORM_ARG in mul_mv.cl); the pass
 //! checked that nothing else reads the normed row.
 
-use super::fused_matmul::{q8_activation, suffix};
+use super::fused_matmul::{group_layout, q8_activation, suffix};
 use super::lower::grid;
 use super::q8_cache::NormShares;
 use super::Binder;
@@ -74,6 +74,10 @@ pub struct NormScale {
 impl NormScale {
     pub fn new(mem: cl_mem, shares: Option<NormShares>) -> Self {
         NormScale { mem, shares }
+    }
+    /// Whether the activation lacks its norm's 1/rms (a MulMatAddNorm's).
+    pub fn has_shares(&self) -> bool {
+        self.shares.is_some()
     }
     pub fn bind(&self, a: &mut ArgBinder) -> Result<()> {
         let s = self.shares.unwrap_or(NormShares {
@@ -159,6 +163,44 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
                 .i32(prev_parts)?
                 .i64(prev_n as i64)?;
             a.f32(eps)?;
+            Ok(())
+        },
+    )?);
+    Ok(())
+}
+
+/// MulMatNormed: one launch of `kernel_mul_mv_normed_*` (mul_mv.cl), two
+/// rows a warp as the group kernels, which applies 1/(rms * c) from the
+/// MulMatAddNorm's shares and also writes normed * weight (sum * 1/rms *
+/// weight) as floats, the row the MulMatAddNorm left unwritten, for the host.
+pub fn lower_normed(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Result<()> {
+    let bad = |why: &str| Error::InvalidGraph(format!("MulMatNormed '{}': {why}", n.name));
+    let name = format!("kernel_mul_mv_normed_{}", suffix(b, n.inputs[0], n)?);
+    let w = b.operand(n.inputs[0])?;
+    let sum = b.operand(n.inputs[1])?;
+    let nw = b.operand(n.inputs[2])?;
+    let d = b.operand(Value::new(id, 0))?;
+    let row = b.operand(Value::new(id, 1))?;
+    let (act, act_off, scale) = q8_activation(b, n, out)?;
+    if !scale.has_shares() {
+        return Err(bad("its activation is not a MulMatAddNorm's Q8_1 copy"));
+    }
+    let (global, local, _, _) = group_layout(&[w]);
+    out.push(grid(
+        b,
+        "mul_mv",
+        &name,
+        global,
+        Some(local),
+        "mul_mat",
+        |a| {
+            a.tensor(&w)?
+                .ptr(act.mem, act_off)?
+                .ptr_out(d.mem, d.offset)?;
+            scale.bind(a)?;
+            a.ptr(sum.mem, sum.offset)?
+                .ptr(nw.mem, nw.offset)?
+                .ptr_out(row.mem, row.offset)?;
             Ok(())
         },
     )?);

@@ -60,7 +60,8 @@ pub fn matmul_operands(n: &Node) -> Option<(Value, Value)> {
         | Op::MulMatGroup
         | Op::MulMatGlu { .. }
         | Op::MulMatGroupRope(_)
-        | Op::MulMatAddNorm { .. } => Some((n.inputs[0], *n.inputs.last()?)),
+        | Op::MulMatAddNorm { .. }
+        | Op::MulMatNormed => Some((n.inputs[0], *n.inputs.last()?)),
         _ => None,
     }
 }

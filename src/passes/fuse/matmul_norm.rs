@@ -17,6 +17,14 @@
 //! (MulMatGroup, MulMatGroupRope, MulMatGlu), directly or through
 //! reshapes; neither a graph result (the host reads neither: the ggml
 //! decoder's use counts say so).
+//!
+//! Or, for llama's output norm: normed * weight read by one decode matmul
+//! (the lm head) as its activation, and nothing else, a graph result or not
+//! (llama marks it an output), where the residual is a MulMatAddNorm's sum
+//! (so the kernel's factor c comes from its shares). That matmul becomes `MulMatNormed`, which
+//! applies 1/rms as the fused matmuls do and also writes normed * weight in
+//! its memory for the host, and takes its place among the results: the
+//! output norm's launch goes, as every other norm's did.
 
 use super::matmul_group::decode_matmul;
 use super::span;
@@ -64,8 +72,28 @@ fn q8_only(g: &Graph, v: Value) -> bool {
         })
 }
 
-/// One match: the matmul's node id and the fused op with its inputs.
-fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>)> {
+/// The one reader of `v`, where that is a decode matmul (`decode_matmul`)
+/// whose activation `v` is and the Q8_1 cache will hold it: llama's lm head,
+/// reading the output norm, which the host may also read (llama marks it an
+/// output). It becomes MulMatNormed, which writes the row for the host.
+fn head_reader(g: &Graph, v: Value) -> Option<usize> {
+    if crate::plan::q8_cache::mode() == 0 {
+        return None;
+    }
+    match g.users(v)[..] {
+        [u] if g.nodes[u].inputs == [g.nodes[u].inputs[0], v]
+            && g.nodes[u].inputs[0] != v
+            && decode_matmul(g, u).is_some() =>
+        {
+            Some(u)
+        }
+        _ => None,
+    }
+}
+
+/// One match: the matmul's node id, the fused op with its inputs, and the
+/// lm head that reads the norm where that is its one reader (`head_reader`).
+fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>, Option<usize>)> {
     let nn = &g.nodes[norm];
     let Op::FusedRmsNorm { eps, has_add: true } = nn.op else {
         return None;
@@ -96,12 +124,58 @@ fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>)> {
             .iter()
             .any(|y| x != y && x.0 == y.0 && x.1 < y.2 && y.1 < x.2)
     });
-    if partial || !q8_only(g, dst) || !unread(g, normed) {
+    if partial || !unread(g, normed) {
         return None;
     }
+    let head = if q8_only(g, dst) {
+        None
+    } else {
+        // The head's row is the end of the residual stream, so its factor c
+        // must come from shares (a residual that is a MulMatAddNorm's sum):
+        // with c = 1 the Q8_1 copy of a deep model's last residual overflows
+        // half (a prompt's last layer, whose residual is a row selection).
+        let r = g.reshaped_source(res);
+        if r.port != 3 || !matches!(g.nodes[r.node].op, Op::MulMatAddNorm { .. }) {
+            return None;
+        }
+        Some(head_reader(g, dst)?)
+    };
     let mn = &g.nodes[mm];
     let inputs = vec![mn.inputs[0], res, nw, mn.inputs[1]];
-    Some((mm, Op::MulMatAddNorm { eps }, inputs))
+    Some((mm, Op::MulMatAddNorm { eps }, inputs, head))
+}
+
+/// Makes the lm head that reads MulMatAddNorm `mvn`'s normed * weight a
+/// MulMatNormed, whose second port (in the row's memory) takes the row's
+/// place among the graph results. Returns whether it did.
+fn normed_head(g: &mut Graph, mvn: usize) -> bool {
+    let x = Value::new(mvn, 1);
+    let [head] = g.users(x)[..] else {
+        return false;
+    };
+    let inputs = vec![
+        g.nodes[head].inputs[0],
+        Value::new(mvn, 3),
+        g.nodes[mvn].inputs[2],
+        x,
+    ];
+    let row = g.output(x).clone();
+    let row_name = g.value_name(x);
+    let name = g.nodes[head].name.clone();
+    let Some(id) = g.fuse(&[head], Op::MulMatNormed, inputs, name) else {
+        return false;
+    };
+    // The fusion renumbered the nodes: the MulMatAddNorm's port is the
+    // input it reads.
+    let x = g.nodes[id].inputs[3];
+    g.nodes[id].outputs.push(row);
+    g.nodes[id].port_names.push(row_name);
+    for r in g.results.iter_mut() {
+        if *r == x {
+            *r = Value::new(id, 1);
+        }
+    }
+    true
 }
 
 /// Fuses every match; returns how many.
@@ -109,11 +183,18 @@ pub fn run(g: &mut Graph) -> usize {
     let mut fused = 0;
     let mut i = 0;
     while i < g.nodes.len() {
-        if let Some((mm, op, inputs)) = find(g, i) {
+        if let Some((mm, op, inputs, head)) = find(g, i) {
             let name = g.nodes[mm].name.clone();
             if let Some(id) = g.fuse(&[mm, i], op, inputs, name) {
                 fused += 1;
                 i = id;
+                // The head comes after the MulMatAddNorm, whose id stays;
+                // `head_reader` checked what the head's fusion needs.
+                assert!(
+                    head.is_none() || normed_head(g, id),
+                    "the lm head of '{}' did not fuse",
+                    g.nodes[id].name
+                );
             }
         }
         i += 1;

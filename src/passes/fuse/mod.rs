@@ -5,8 +5,10 @@
 //! graph result (the ggml decoder counts as results all nodes but those only
 //! this graph's nodes read, by ggml's use counts) and every value a node
 //! reads other than through a fused kernel's own Q8_1 copy (matmul_norm is
-//! the one pass that relies on this). So fusing never changes what a graph
-//! computes, only how many launches it takes. The planner lowers the fused
+//! the one pass that relies on this; where the host may read the output
+//! norm's row, the lm head's MulMatNormed writes it and takes its place
+//! among the results). So fusing never changes what a graph computes, only
+//! how many launches it takes. The planner lowers the fused
 //! ops (plan/fused_*.rs, plan/rope_store.rs, plan/matmul_norm.rs).
 
 pub mod group_rope;

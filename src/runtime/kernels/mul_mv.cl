@@ -356,6 +356,50 @@ MV_GROUP_KERNEL(kernel_mul_mv_group_q4_k, mv_row2_q4_K)
 MV_GROUP_KERNEL(kernel_mul_mv_group_q6_k, mv_row2_q6_K)
 MV_GROUP_KERNEL(kernel_mul_mv_group_mixed, mv_row2_by_type)
 
+// MulMatNormed (plan/matmul_norm.rs lower_normed): one matrix of a
+// MulMatAddNorm's normed * weight, two rows a warp as MV_GROUP_KERNEL, whose
+// work-items also write that row as floats, sum * 1/rms * weight (the order
+// of ggml's rms_norm then mul), for the host: llama's output norm and lm
+// head in one launch, where the norm took one of its own.
+// global {ceil(rows / (2 * MV_ROWS)) * MV_ROWS * MV_LANES}, local {MV_ROWS * MV_LANES}.
+#define MV_NORMED_BUFS(R, W)                                                                \
+    R(const char, w) R(const char, act) W(char, d) MV_NORM_BUF(R) R(const char, rs)         \
+    R(const char, rw) W(char, ro)
+#define MV_NORMED_KERNEL(NAME, ROWDOT2)                                                     \
+kernel void NAME(PK_SIG(MV_NORMED_BUFS)) {                                                  \
+    PK_BEGIN_BUFS(MV_NORMED_BUFS)                                                           \
+    PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG(d_off) PK_MV_NORM PK_ULONG(rs_off)              \
+    PK_ULONG(rw_off) PK_ULONG(ro_off)                                                       \
+    LOCAL_ARRAY(float, scratch_all, MV_ROWS * MV_LANES);                                    \
+    const int lane = get_local_id(0) % MV_LANES;                                            \
+    const int group = get_local_id(0) / MV_LANES;                                           \
+    __local float *scratch = scratch_all + group * MV_LANES;                                \
+    const long r = (get_group_id(0) * MV_ROWS + group) * 2;                                 \
+    const bool live0 = r < w_ne.s1, live1 = r + 1 < w_ne.s1;                                \
+    const float8 dn_pre = mv_norm_prefetch(dn + dn_off, dn_parts, lane);                    \
+    const float dn_c = mv_norm_c(dn + dn_off, dn_parts);                                    \
+    const float2 s = ROWDOT2(AT(w, 0, live0 ? r : 0, 0, 0), AT(w, 0, live1 ? r + 1 : 0, 0, 0), \
+                             act + act_off, w_ne.s0 / QK, lane);                            \
+    const float inv_rms =                                                                   \
+        mv_norm_rsqrt(dn_pre, dn + dn_off, dn_parts, dn_n, dn_eps, lane, scratch);          \
+    const float t0 = warp_sum(s.x, scratch) * (inv_rms / dn_c);                             \
+    const float t1 = warp_sum(s.y, scratch) * (inv_rms / dn_c);                             \
+    if (lane == 0) {                                                                        \
+        if (live0) store_f32(d + d_off + r * 4, t0);                                        \
+        if (live1) store_f32(d + d_off + (r + 1) * 4, t1);                                  \
+    }                                                                                       \
+    const __global float *ps = (const __global float *)(rs + rs_off);                       \
+    const __global float *pw = (const __global float *)(rw + rw_off);                       \
+    __global float *po = (__global float *)(ro + ro_off);                                   \
+    for (long e = get_global_id(0); e < dn_n; e += get_global_size(0))                      \
+        po[e] = ps[e] * inv_rms * pw[e];                                                    \
+}
+
+MV_NORMED_KERNEL(kernel_mul_mv_normed_q4_0, mv_row2_q4_0)
+MV_NORMED_KERNEL(kernel_mul_mv_normed_q8_0, mv_row2_q8_0)
+MV_NORMED_KERNEL(kernel_mul_mv_normed_q4_k, mv_row2_q4_K)
+MV_NORMED_KERNEL(kernel_mul_mv_normed_q6_k, mv_row2_q6_K)
+
 // MulMatGlu: gate and up rows and swiglu(gate, up) = silu(gate) * up, GLU_ROWS
 // rows a work-group of WARPS row groups (each GLU_ROWS / WARPS rows of both
 // matrices), so one work-group makes whole Q8_1 blocks of the result for the
