@@ -8,7 +8,12 @@ use ggml_polycl::backend::{reg, stream};
 use ggml_polycl::ggml::abi::*;
 use ggml_polycl::runtime::{devices, Device, DeviceBuffer};
 use std::ffi::c_void;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once};
+
+/// Held by each test for its whole run: both charge refused reads to device
+/// 0, whose failure count the first one checks between its reads (in
+/// parallel the other's refusals made it fail, seen under load).
+static DEVICE0: Mutex<()> = Mutex::new(());
 
 /// The OpenCL devices, two where PoCL can make them (`POCL_DEVICES`, set
 /// before the first discovery when unset), for the read across devices.
@@ -51,6 +56,7 @@ fn buf_bytes(buf: &DeviceBuffer, at: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn reads_after_earlier_work_and_lands_by_synchronize() {
+    let _serial = DEVICE0.lock().unwrap_or_else(|e| e.into_inner());
     let dev = &devs()[0];
     let b = backend(0);
     // SAFETY: made by init_backend just above.
@@ -207,6 +213,7 @@ unsafe extern "C" fn host_get(
 
 #[test]
 fn tensors_outside_the_backends_device_are_read_their_own_way() {
+    let _serial = DEVICE0.lock().unwrap_or_else(|e| e.into_inner());
     let all = devs();
     let b = backend(0);
     // SAFETY: made by init_backend just above.
