@@ -16,6 +16,7 @@
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_GLU_WARPS` | 4, 8 or 16 | warps a work-group of the decode GLU kernel (gate and up matvecs + swiglu), which makes 32 rows, so each warp takes 32 / warps of them in sequence, for every GLU. Default: 8 (on the H200 the 7B Q4_0's GLU took 24.1 us a launch at 8 and 26.8 at 16, the Q8_0's 31.1 and 38.3, docs/perf.md step 44), and 16 for a Q4_0 GLU on NVIDIA whose 512-wide groups are at most two a compute unit (the 1B's: 11% less GLU time, step 51, `plan/fused_matmul.rs` `glu_shape`); a device whose work-groups can not be that wide gets 8; not 32, whose 1024 work-items a group NVIDIA only runs at up to 64 registers, which the K-quant GLU kernels exceed: a tuning knob |
+//! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise: a tuning knob |
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
@@ -65,6 +66,9 @@ pub struct Config {
     /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`);
     /// None: 8, or 16 for GLUs of few work-groups (plan/fused_matmul.rs).
     pub glu_warps: Option<u32>,
+    /// Warps a row pair of MulMatAddNorm (`POLYCL_MVN_SPLIT`); None: by shape
+    /// (plan/matmul_norm.rs).
+    pub mvn_split: Option<u32>,
     /// Shortest cache of the GQA decode attention kernel (`POLYCL_FA_GQA_MIN_KV`).
     pub fa_gqa_min_kv: u32,
     /// Longest cache of the short decode attention kernel (`POLYCL_FA_SHORT_KV`).
@@ -271,6 +275,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         flush_every: 16,
         fa_groups: 256,
         glu_warps: None,
+        mvn_split: None,
         fa_gqa_min_kv: 512,
         fa_short_kv: 256,
         fa_one_kv: 256,
@@ -386,6 +391,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if [4, 8, 16].contains(&n) => c.glu_warps = Some(n),
             _ => c.problems.push(format!(
                 "POLYCL_GLU_WARPS={v:?}: expected 4, 8 or 16; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_MVN_SPLIT") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if [1, 2].contains(&n) => c.mvn_split = Some(n),
+            _ => c.problems.push(format!(
+                "POLYCL_MVN_SPLIT={v:?}: expected 1 or 2; using the default"
             )),
         }
     }
@@ -673,6 +686,11 @@ mod tests {
             assert!(c.problems[0].contains("POLYCL_MAX_WORK_GROUP"));
         }
         assert_eq!(with(&[("POLYCL_GLU_WARPS", "16")]).glu_warps, Some(16));
+        assert_eq!(with(&[]).mvn_split, None);
+        assert_eq!(with(&[("POLYCL_MVN_SPLIT", "2")]).mvn_split, Some(2));
+        let c = with(&[("POLYCL_MVN_SPLIT", "4")]);
+        assert_eq!(c.mvn_split, None);
+        assert!(c.problems[0].contains("POLYCL_MVN_SPLIT"));
         for bad in ["12", "32", "x"] {
             let c = with(&[("POLYCL_GLU_WARPS", bad)]);
             assert_eq!(c.glu_warps, None);

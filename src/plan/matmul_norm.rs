@@ -12,7 +12,9 @@ use super::fused_matmul::{group_layout, q8_activation, suffix};
 use super::lower::grid;
 use super::q8_cache::NormShares;
 use super::Binder;
-use crate::error::{Error, Result};
+use crate::config;
+use crate::error::{ClContext, Error, Result};
+use crate::ggml::types::GgmlType::Q4_0;
 use crate::ir::{Graph, Node, Op, Value};
 use crate::runtime::executor::{ArgBinder, Launch};
 use opencl3::types::cl_mem;
@@ -94,9 +96,35 @@ impl NormScale {
     }
 }
 
+/// Whether a MulMatAddNorm of `rows` rows of `nb` weight blocks runs two
+/// warps a row pair (`kernel_mul_mv_norm2_q4_0`, 1024 wide; mul_mv_norm.cl
+/// MV_NORM_BODY's SPLIT), unless `POLYCL_MVN_SPLIT` chose: Q4_0 on NVIDIA,
+/// at most half as many work-groups as compute units (each group's rows,
+/// one Q8_1 block and one share, cannot be fewer, so a 1B's 2048 rows leave
+/// half the device idle; the 7B's 4096 fill it and gained nothing,
+/// docs/perf.md step 58), and rows of at least 128 blocks (four a lane or
+/// more: halves that save a round trip), unless the attention + O pair takes
+/// the O projection (plan/attn_o.rs pairs the 512-wide kernel).
+fn split_rows(b: &Binder, w: Value, rows: usize, nb: i64) -> Result<bool> {
+    let d = &b.device;
+    if let Some(s) = config::get().mvn_split {
+        return Ok(s == 2 && b.graph.ty(w).dtype == Q4_0 && d.max_work_group >= 2 * WG);
+    }
+    if config::get().attn_o
+        || b.graph.ty(w).dtype != Q4_0
+        || !d.nvidia_ptx()
+        || d.max_work_group < 2 * WG
+        || nb < 128
+    {
+        return Ok(false);
+    }
+    let cus = d.cl.max_compute_units().cl("clGetDeviceInfo")? as usize;
+    Ok(2 * (rows / ROWS) <= cus)
+}
+
 pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch>) -> Result<()> {
     let bad = |why: String| Error::InvalidGraph(format!("MulMatAddRmsNorm '{}': {why}", n.name));
-    let name = format!("kernel_mul_mv_norm_{}", suffix(b, n.inputs[0], n)?);
+    let mut name = format!("kernel_mul_mv_norm_{}", suffix(b, n.inputs[0], n)?);
     let w = b.operand(n.inputs[0])?;
     let res = b.operand(n.inputs[1])?;
     let nw = b.operand(n.inputs[2])?;
@@ -106,6 +134,12 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
     if rows == 0 || !rows.is_multiple_of(ROWS) {
         return Err(bad(format!("{rows} rows, not a multiple of {ROWS}")));
     }
+    let wg = if split_rows(b, n.inputs[0], rows, w.ne[0] / 32)? {
+        name = "kernel_mul_mv_norm2_q4_0".into();
+        2 * WG
+    } else {
+        WG
+    };
     let (scratch, size) = b
         .scratch
         .ok_or_else(|| bad("the plan has no scratch".into()))?;
@@ -150,8 +184,8 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
         b,
         "mul_mv",
         &name,
-        [parts * WG, 1, 1],
-        Some([WG, 1, 1]),
+        [parts * wg, 1, 1],
+        Some([wg, 1, 1]),
         "mul_mat",
         |a| {
             a.tensor(&w)?.ptr(act.mem, act_off)?;

@@ -42,28 +42,46 @@
 #define MV_NORM_BUFS(R, W)                                                                  \
     R(const char, w) R(const char, act) R(const char, res) W(char, o) W(char, sum)          \
     R(const char, nw) W(char, q8) W(char, ss)
-#define MV_NORM_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(PK_SIG(MV_NORM_BUFS)) {                                                    \
+// SPLIT warps a row pair (1 or 2), each over its share of the row's blocks
+// (BB bytes a weight block), their sums added in local memory: a group
+// MVN_WG * SPLIT wide. Two where a MulMatAddNorm has at most half as many
+// work-groups as the device has compute units and long rows
+// (plan/matmul_norm.rs `split_rows`), so each warp waits out half the round
+// trips.
+#define MV_NORM_BODY(ROWDOT2, SPLIT, BB)                                                    \
     PK_BEGIN_BUFS(MV_NORM_BUFS)                                                             \
     PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG(res_off) PK_ULONG(o_off)                        \
     PK_ULONG(sum_off) PK_ULONG(nw_off) PK_ULONG(q8_off) PK_ULONG(ss_off) PK_ULONG(prev_off) \
     PK_INT(prev_parts) PK_LONG(prev_n) PK_FLOAT(eps)                                        \
-    LOCAL_ARRAY(float, scratch_all, MVN_WG);                                                \
+    LOCAL_ARRAY(float, scratch_all, MVN_WG * (SPLIT));                                      \
     LOCAL_ARRAY(float, lx, 2 * MVN_WARPS);                                                  \
     LOCAL_ARRAY(float, ly, 2 * MVN_WARPS);                                                  \
+    LOCAL_ARRAY(float, lp, 2 * MVN_WARPS);                                                  \
     const int lid = get_local_id(0);                                                        \
     const int lane = lid % MV_LANES;                                                        \
-    const int warp = lid / MV_LANES;                                                        \
-    __local float *scratch = scratch_all + warp * MV_LANES;                                 \
+    const int wall = lid / MV_LANES;                                                        \
+    const int warp = wall % MVN_WARPS, side = wall / MVN_WARPS;                             \
+    __local float *scratch = scratch_all + wall * MV_LANES;                                 \
     const long i01 = get_group_id(0) * (2 * MVN_WARPS) + 2 * warp;                          \
-    const __global char *w0 = AT(w, 0, i01, 0, 0);                                          \
-    const __global char *w1 = AT(w, 0, i01 + 1, 0, 0);                                      \
+    const long nb = w_ne.s0 / QK, first = (nb + (SPLIT) - 1) / (SPLIT);                     \
+    const long b0 = side * first, nbh = side == 0 ? first : nb - first;                     \
+    const __global char *w0 = AT(w, 0, i01, 0, 0) + b0 * (BB);                              \
+    const __global char *w1 = AT(w, 0, i01 + 1, 0, 0) + b0 * (BB);                          \
     const float8 prev = mv_norm_prefetch(ss + prev_off, prev_parts, lane);                  \
-    const float2 s = ROWDOT2(w0, w1, act + act_off, w_ne.s0 / QK, lane);                    \
+    const float2 s = ROWDOT2(w0, w1, act + act_off + b0 * Q8_1_BLOCK, nbh, lane);           \
     const float c = mv_norm_rsqrt(prev, ss + prev_off, prev_parts, prev_n, eps, lane, scratch); \
-    const float t0 = warp_sum(s.x, scratch);                                                \
-    const float t1 = warp_sum(s.y, scratch);                                                \
-    if (lane == 0) {                                                                        \
+    float t0 = warp_sum(s.x, scratch);                                                      \
+    float t1 = warp_sum(s.y, scratch);                                                      \
+    if ((SPLIT) > 1) {                                                                      \
+        if (side == 1 && lane == 0) {                                                       \
+            lp[2 * warp] = t0;                                                              \
+            lp[2 * warp + 1] = t1;                                                          \
+        }                                                                                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+        t0 += lp[2 * warp];                                                                 \
+        t1 += lp[2 * warp + 1];                                                             \
+    }                                                                                       \
+    if (side == 0 && lane == 0) {                                                           \
         const __global float *r = (const __global float *)(res + res_off);                  \
         const __global float *g = (const __global float *)(nw + nw_off);                    \
         const float x0 = t0 + r[i01], x1 = t1 + r[i01 + 1];                                 \
@@ -88,10 +106,19 @@ kernel void NAME(PK_SIG(MV_NORM_BUFS)) {                                        
         shares[get_group_id(0)] = share;                                                    \
         if (get_group_id(0) == 0) shares[w_ne.s1 / (2 * MVN_WARPS)] = c;                    \
     }                                                                                       \
-    if (lid == MV_LANES) store_q8_1_block(ly, q8 + q8_off + get_group_id(0) * Q8_1_BLOCK);  \
-}
+    if (lid == MV_LANES) store_q8_1_block(ly, q8 + q8_off + get_group_id(0) * Q8_1_BLOCK);
+
+#define MV_NORM_KERNEL(NAME, ROWDOT2)                                                       \
+kernel void NAME(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(ROWDOT2, 1, 0) }
 
 MV_NORM_KERNEL(kernel_mul_mv_norm_q4_0, mv_row2_q4_0)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q8_0, mv_row2_q8_0)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q4_k, mv_row2_q4_K)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q6_k, mv_row2_q6_K)
+
+// The Q4_0 kernel two warps a row pair (MV_NORM_BODY's SPLIT), 1024 wide;
+// not in the step program, whose phases are 512 wide at most.
+#ifndef POLYCL_STEP
+__attribute__((reqd_work_group_size(2 * MVN_WG, 1, 1)))
+kernel void kernel_mul_mv_norm2_q4_0(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(mv_row2_q4_0, 2, 18) }
+#endif
