@@ -128,7 +128,8 @@ echo "wide model (n_embd 2048), fa on: CPU $wide_cpu; polycl $wide"
 grep -qw kernel_mul_mv_norm_q4_0 <<<"$out" || { echo "FAIL: the wide model runs no kernel_mul_mv_norm_q4_0"; fail=1; }
 [[ -n "$wide" && "$wide" == "$wide_cpu" ]] || { echo "FAIL: the wide model's tokens differ from the CPU backend's"; fail=1; }
 # MulMatAddNorm two warps a row pair (kernel_mul_mv_norm2_q4_0, which NVIDIA gets by shape where
-# the kernel has fewer work-groups than compute units): the same tokens as the CPU backend's.
+# the kernel has at most half as many work-groups as compute units): the same tokens as the CPU
+# backend's.
 out=$(POLYCL_MVN_SPLIT=2 POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$WIDE" \
   --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | grep -v launches | tail -n 3 || true; }
 split=$(echo "$out" | grep '^tokens:' || true)

@@ -155,14 +155,14 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
     }
     // The residual's own shares where it is the sum of the MulMatAddNorm
     // before (the kernel's factor c; none: c = 1).
-    let r = g.reshaped_source(n.inputs[1]);
-    let (prev_off, prev_parts, prev_n) = match &g.nodes[r.node] {
-        p if r.port == 3 && matches!(p.op, Op::MulMatAddNorm { .. }) => {
-            let (rows, parts) = rows_parts(g, p);
-            (shares_offset(g, r.node, base), parts, rows)
-        }
-        _ => (0, 0, 1),
-    };
+    let (prev_off, prev_parts, prev_n) =
+        match crate::passes::fuse::matmul_norm::sum_of(g, n.inputs[1]) {
+            Some(p) => {
+                let (rows, parts) = rows_parts(g, &g.nodes[p]);
+                (shares_offset(g, p, base), parts, rows)
+            }
+            None => (0, 0, 1),
+        };
     let prev_parts = small(prev_parts)?;
     let (act, act_off, _) = q8_activation(b, n, out)?;
     // The normed row exists only as this Q8_1 copy (the pass checked that

@@ -72,6 +72,14 @@ fn q8_only(g: &Graph, v: Value) -> bool {
         })
 }
 
+/// The MulMatAddNorm whose sum (port 3) `res` is, directly or through
+/// reshapes: its shares give the kernel's factor c for the norm after it
+/// (plan/matmul_norm.rs), where none leaves c = 1.
+pub(crate) fn sum_of(g: &Graph, res: Value) -> Option<usize> {
+    let r = g.reshaped_source(res);
+    (r.port == 3 && matches!(g.nodes[r.node].op, Op::MulMatAddNorm { .. })).then_some(r.node)
+}
+
 /// The one reader of `v`, where that is a decode matmul (`decode_matmul`)
 /// whose activation `v` is and the Q8_1 cache will hold it: llama's lm head,
 /// reading the output norm, which the host may also read (llama marks it an
@@ -81,8 +89,7 @@ fn head_reader(g: &Graph, v: Value) -> Option<usize> {
         return None;
     }
     match g.users(v)[..] {
-        [u] if g.nodes[u].inputs == [g.nodes[u].inputs[0], v]
-            && g.nodes[u].inputs[0] != v
+        [u] if matches!(g.nodes[u].inputs[..], [w, x] if x == v && w != v)
             && decode_matmul(g, u).is_some() =>
         {
             Some(u)
@@ -134,10 +141,7 @@ fn find(g: &Graph, norm: usize) -> Option<(usize, Op, Vec<Value>, Option<usize>)
         // must come from shares (a residual that is a MulMatAddNorm's sum):
         // with c = 1 the Q8_1 copy of a deep model's last residual overflows
         // half (a prompt's last layer, whose residual is a row selection).
-        let r = g.reshaped_source(res);
-        if r.port != 3 || !matches!(g.nodes[r.node].op, Op::MulMatAddNorm { .. }) {
-            return None;
-        }
+        sum_of(g, res)?;
         Some(head_reader(g, dst)?)
     };
     let mn = &g.nodes[mm];
