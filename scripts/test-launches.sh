@@ -11,9 +11,10 @@
 # all but the first layer's; the output norm's is applied by the lm head, which also writes
 # the normed row for the host, kernel_mul_mv_normed_*; the last layer's selection of its one
 # output row is a view, passes/fuse/row_select.rs), so a change that adds decode launches
-# fails here. With the short-cache attention and the O projection in one launch
-# (POLYCL_ATTN_O=1, plan/attn_o.rs) it must be 4 a layer + 2; without matmul_norm
-# (POLYCL_FUSE_SKIP=matmul_norm, which also turns row_select off) 7 a layer + 4.
+# fails here. With the attention of a short cache and the O projection in one launch by heads
+# (POLYCL_ATTN_OH=1, kernel_attn_oh_*) or by ticket (POLYCL_ATTN_O=1, plan/attn_o.rs) it must
+# be 4 a layer + 2; without matmul_norm (POLYCL_FUSE_SKIP=matmul_norm, which also turns
+# row_select off) 7 a layer + 4.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
 # (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V
 # projections with rope and cache writes in their epilogue
@@ -82,6 +83,16 @@ for fa in on off; do
     fail=1
   fi
 done
+# The attention and O projection by heads: one launch a layer fewer, and no attention launch of
+# its own.
+n2=$(POLYCL_ATTN_OH=1 launches 2 on)
+n6=$(POLYCL_ATTN_OH=1 launches 6 on)
+grep -qwE 'kernel_attn_oh_q4_0_d(128|64)' "$KERNELS" || { echo "FAIL: POLYCL_ATTN_OH=1 runs no kernel_attn_oh_q4_0_*"; fail=1; }
+if grep -q kernel_fa_ "$KERNELS"; then echo "FAIL: POLYCL_ATTN_OH=1 runs an attention launch of its own"; fail=1; fi
+echo "POLYCL_ATTN_OH=1, fa on: decode step launches: 2 layers $n2, 6 layers $n6"
+if [[ -z "$n2" || -z "$n6" ]] || (( (n6 - n2) != 16 || n2 > 10 )); then
+  echo "FAIL: with POLYCL_ATTN_OH=1, not 4 launches per layer + 2"; fail=1
+fi
 # The attention and O projection pair: one launch a layer fewer, and neither the attention nor
 # the O projection's matvec + norm in a launch of its own.
 n2=$(POLYCL_ATTN_O=1 launches 2 on)
@@ -140,17 +151,26 @@ grep -qw kernel_mul_mv_norm2_q4_0 <<<"$out" || { echo "FAIL: POLYCL_MVN_SPLIT=2 
 # The output norm's row, which the lm head's kernel writes for the host where the host asks
 # for embeddings (llama marks the row an output): every generation step's against the CPU
 # backend's (measured: ~7e-4 of the row's largest value; the decode steps run
-# kernel_mul_mv_normed_q4_0).
+# kernel_mul_mv_normed_q4_0). The row depends on every layer's attention and O projection, so
+# this also checks them by heads (POLYCL_ATTN_OH=1, kernel_attn_oh_q4_0_*: 6.8e-4), one
+# work-group a head and, with POLYCL_ATTN_OH_SPLIT=3, three, whose shares of W_o's rows are
+# not equal (the fixed-point sums give the same bits).
 EMBD=$(mktemp -d)
 trap 'rm -rf "$KERNELS" "$EMBD"' EXIT
 "$GREEDY" -m "$WIDE" --fa on --prompt-tokens 8 -b 16 -n 6 -t 1 --dev none --embd "$EMBD/cpu" >/dev/null 2>&1 ||
   die "CPU generation with embeddings failed"
-out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$WIDE" --fa on \
-  --prompt-tokens 8 -b 16 -n 6 -t 1 --dev POLYCL0 -v --embd "$EMBD/polycl" 2>&1) ||
-  { echo "$out" | grep -v launches | tail -n 3; die "generation with embeddings failed"; }
-grep -qw kernel_mul_mv_normed_q4_0 <<<"$(echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1)" ||
-  { echo "FAIL: with embeddings, the decode step runs no kernel_mul_mv_normed_q4_0"; fail=1; }
-python3 - "$EMBD/cpu" "$EMBD/polycl" 2048 <<'PY' || fail=1
+for run in default 1 3; do
+  if [[ $run == default ]]; then vars=(); want=kernel_mul_mv_normed_q4_0
+  else vars=(POLYCL_ATTN_OH=1 "POLYCL_ATTN_OH_SPLIT=$run"); want="kernel_mul_mv_normed_q4_0 kernel_attn_oh_q4_0_d64"; fi
+  out=$(env "${vars[@]}" POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+    -m "$WIDE" --fa on --prompt-tokens 8 -b 16 -n 6 -t 1 --dev POLYCL0 -v --embd "$EMBD/polycl-$run" 2>&1) ||
+    { echo "$out" | grep -v launches | tail -n 3; die "generation with embeddings failed (${vars[*]})"; }
+  step=$(echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1)
+  for k in $want; do
+    grep -qw "$k" <<<"$step" || { echo "FAIL: with embeddings (${vars[*]}), the decode step runs no $k"; fail=1; }
+  done
+  echo -n "${vars[*]:-defaults}: "
+  python3 - "$EMBD/cpu" "$EMBD/polycl-$run" 2048 <<'PY' || fail=1
 import array, sys
 cpu, pcl = (array.array("f", open(p, "rb").read()) for p in sys.argv[1:3])
 n = int(sys.argv[3])
@@ -162,6 +182,9 @@ print(f"output norm's row against the CPU backend: largest error {worst:.2e} of 
 if not worst < 5e-3:
     sys.exit("FAIL: the output norm's row differs from the CPU backend's")
 PY
+done
+cmp -s "$EMBD/polycl-1" "$EMBD/polycl-3" ||
+  { echo "FAIL: the output norm's row differs between POLYCL_ATTN_OH_SPLIT=1 and 3"; fail=1; }
 
 # POLYCL_PROFILE_TWICE (benchmarks: what one kernel costs inside the launch
 # chain) launches the named kernel twice: one more GLU launch a layer.

@@ -20,8 +20,10 @@
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
-//! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
+//! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128; two steps with `POLYCL_ATTN_OH`), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
+//! | `POLYCL_ATTN_OH` | `0` or `1` | `1`: where one work-group a head takes a decode step's whole cache and the O projection after it is a Q4_0 or Q8_0 MulMatAddNorm, one launch does both by heads (`kernels/attn_oh.cl`, `plan/attn_o.rs`): each head's groups multiply its output by its columns of W_o and add into the row in 64-bit fixed point, and the last group does the epilogue; with it, one group a head also takes caches of two steps (256 positions at head sizes up to 128); `0` (default): two launches (on the H200 the launch by heads made the 1B's GPU span 55-78 us a token longer and the 7B's ~255 us, docs/perf.md step 59) |
+//! | `POLYCL_ATTN_OH_SPLIT` | 1 to 8 | with `POLYCL_ATTN_OH`: work-groups a head, each taking its share of W_o's rows (default: the device's compute units over the heads, 1 to 8): a tuning knob |
 //! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
 //! | `POLYCL_BUFFER_ADDRESSES` | `0`, `1` or `reads` | which buffers the decode kernels (program.rs `BY_ADDRESS`: matvec, norm, rope, attention, the attention + O pair) take as their device addresses, ulong arguments read back once when a plan binds a launch, instead of buffer arguments (`runtime/addresses.rs`): `1` (default) all, `reads` the ones a kernel only reads, `0` none; only on a device alone in its OpenCL context that passes a check at first use, elsewhere buffers stay arguments. NVIDIA's enqueue costs ~0.4 us a buffer argument and ~0.05 us a ulong; on the H200 a 1B token took ~170-270 us less of the host's time and the 7B's GPU time did not change (docs/perf.md step 48) |
@@ -77,6 +79,11 @@ pub struct Config {
     pub fa_one_kv: u32,
     /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
+    /// Attention and O projection in one launch by heads (`POLYCL_ATTN_OH`,
+    /// default off).
+    pub attn_oh: bool,
+    /// Work-groups a head of that launch (`POLYCL_ATTN_OH_SPLIT`).
+    pub attn_oh_split: Option<usize>,
     /// Register cap of those kernels on NVIDIA (`POLYCL_ATTN_O_MAXRREG`).
     pub attn_o_maxrreg: Option<u32>,
     /// Tensor-core prompt tile shape (`POLYCL_MMA_TILE`).
@@ -280,6 +287,8 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_short_kv: 256,
         fa_one_kv: 256,
         attn_o: false,
+        attn_oh: false,
+        attn_oh_split: None,
         attn_o_maxrreg: None,
         step_groups_per_cu: 4,
         step_max_mb: 8,
@@ -494,6 +503,23 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             _ => c
                 .problems
                 .push(format!("POLYCL_ATTN_O={v:?}: expected 0 or 1; using 0")),
+        }
+    }
+    if let Some(v) = get("POLYCL_ATTN_OH") {
+        match v.trim() {
+            "0" => c.attn_oh = false,
+            "1" => c.attn_oh = true,
+            _ => c
+                .problems
+                .push(format!("POLYCL_ATTN_OH={v:?}: expected 0 or 1; using 0")),
+        }
+    }
+    if let Some(v) = get("POLYCL_ATTN_OH_SPLIT") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=8).contains(&n) => c.attn_oh_split = Some(n),
+            _ => c.problems.push(format!(
+                "POLYCL_ATTN_OH_SPLIT={v:?}: expected an integer from 1 to 8; using the default"
+            )),
         }
     }
     if let Some(v) = get("POLYCL_ATTN_O_MAXRREG") {
@@ -795,6 +821,16 @@ mod tests {
 
     #[test]
     fn whole_cache_attention_setting() {
+        assert_eq!(
+            with(&[("POLYCL_ATTN_OH_SPLIT", "3")]).attn_oh_split,
+            Some(3)
+        );
+        let c = with(&[("POLYCL_ATTN_OH_SPLIT", "9")]);
+        assert!(c.attn_oh_split.is_none() && c.problems.len() == 1);
+        assert!(!with(&[]).attn_oh);
+        assert!(with(&[("POLYCL_ATTN_OH", "1")]).attn_oh);
+        let c = with(&[("POLYCL_ATTN_OH", "yes")]);
+        assert!(!c.attn_oh && c.problems.len() == 1 && c.problems[0].contains("POLYCL_ATTN_OH"));
         assert_eq!(with(&[]).fa_one_kv, 256);
         let c = with(&[("POLYCL_FA_ONE_KV", "0")]);
         assert!(c.problems.is_empty(), "{:?}", c.problems);

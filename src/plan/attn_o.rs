@@ -12,6 +12,15 @@
 //! faster, the pair's launch costing the host more than the two it replaces
 //! (docs/perf.md step 45).
 //!
+//! Where one group a head takes the whole cache (`kernel_fa_one_*`), a
+//! second kind of pair runs by heads instead (`heads_pair`,
+//! `kernels/attn_oh.cl`, `POLYCL_ATTN_OH`, off by default): each head's
+//! groups go on from its attention to its columns of W_o, so no group waits
+//! for another, and the last group to finish does MulMatAddNorm's
+//! epilogue. Without its O work and epilogue the launch took ~113 us off a
+//! 1B token's GPU span and ~250 us off a 7B's on the H200; with them it is
+//! slower so far (docs/perf.md step 59).
+//!
 //! Checked here, from the two launches themselves: no host work between them
 //! (`plain`), the kernel names, the widths both kernels are written for, and
 //! that the projection's activation is the attention's Q8_1 copy (same memory
@@ -39,6 +48,8 @@ const MVN_ACT_SLOT: usize = 9;
 pub struct Pair {
     pub launch: Launch,
     _tickets: Buffer<i32>,
+    /// The by-heads kernel's row sums (attn_oh.cl `acc`).
+    _sums: Option<Buffer<i32>>,
 }
 
 /// Pairs of `launches`: (index of the attention launch, the pair), the
@@ -50,13 +61,23 @@ pub fn pairs(
     plain: impl Fn(usize) -> bool,
 ) -> Result<Vec<(usize, Pair)>> {
     let mut out = Vec::new();
-    if !config::get().attn_o {
+    let config = config::get();
+    if !config.attn_o && !config.attn_oh {
         return Ok(out);
     }
     let mut i = 0;
     while i + 1 < launches.len() {
         if plain(i) && plain(i + 1) {
-            if let Some(p) = pair(device, &launches[i], &launches[i + 1])? {
+            let (fa, mvn) = (&launches[i], &launches[i + 1]);
+            let p = match (config.attn_o, config.attn_oh) {
+                (true, true) => match pair(device, fa, mvn)? {
+                    None => heads_pair(device, fa, mvn)?,
+                    p => p,
+                },
+                (true, false) => pair(device, fa, mvn)?,
+                _ => heads_pair(device, fa, mvn)?,
+            };
+            if let Some(p) = p {
                 out.push((i, p));
                 i += 2;
                 continue;
@@ -149,5 +170,97 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
             packed: None,
         },
         _tickets: tickets,
+        _sums: None,
     }))
+}
+
+/// Slots of the attention's V head size (v's ne0: after q's and k's
+/// tensors and v's offset) and of MulMatAddNorm's weight's row length and
+/// row count (w's ne0, ne1).
+const FA_V_NE0_SLOT: usize = 19;
+const MVN_W_NE0_SLOT: usize = 1;
+const MVN_W_NE1_SLOT: usize = 2;
+/// Groups a head at most (attn_oh.cl `split`).
+const MAX_SPLIT: usize = 8;
+
+/// The attention by heads with the O projection (`kernels/attn_oh.cl`):
+/// where `fa` is a whole-cache launch (`kernel_fa_one_*`: one group a head,
+/// one query row) and `mvn` the Q4_0 or Q8_0 MulMatAddNorm that reads its
+/// Q8_1 copy, whose weight's rows are the heads' outputs in order.
+fn heads_pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
+    let (Ok(fa_name), Ok(mvn_name)) = (fa.kernel.function_name(), mvn.kernel.function_name())
+    else {
+        return Ok(None);
+    };
+    let (Some(d), Some(q)) = (
+        fa_name.strip_prefix("kernel_fa_one_"),
+        mvn_name.strip_prefix("kernel_mul_mv_norm_"),
+    ) else {
+        return Ok(None);
+    };
+    let head_size = match d {
+        "d64" => 64,
+        "d128" => 128,
+        _ => return Ok(None),
+    };
+    let (Some(pf), Some(pm)) = (fa.packed.as_ref(), mvn.packed.as_ref()) else {
+        return Ok(None);
+    };
+    let heads = fa.global[2];
+    let shape = (q == "q4_0" || q == "q8_0")
+        && fa.local == Some([WG, 1, 1])
+        && mvn.local == Some([MVN_WG, 1, 1])
+        && fa.global[1] == 1
+        && reads_q8(pf, pm)
+        && pf.slots.get(FA_V_NE0_SLOT) == Some(&head_size)
+        && pm.slots.get(MVN_W_NE0_SLOT) == Some(&(head_size * heads as u64))
+        && pm.slots.get(MVN_W_NE1_SLOT).is_some_and(|&r| r % 32 == 0);
+    if !shape || heads == 0 || !int64_atomics(device)? {
+        return Ok(None);
+    }
+    let rows = pm.slots[MVN_W_NE1_SLOT] as usize;
+    let cus = device.cl.max_compute_units().cl("clGetDeviceInfo")? as usize;
+    let split = config::get()
+        .attn_oh_split
+        .unwrap_or((cus / heads).clamp(1, MAX_SPLIT));
+    let Ok(split_arg) = i32::try_from(split) else {
+        return Ok(None);
+    };
+    let kernel = program::kernel(device, "attn_oh", &format!("kernel_attn_oh_{q}_{d}"))?;
+    let tickets = crate::runtime::step::upload(device, &mut [0i32; 4])?;
+    // One 64-bit fixed-point sum a row, as i32 pairs.
+    let sums = crate::runtime::step::upload(device, &mut vec![0i32; 2 * rows])?;
+    let mems: Vec<_> = pf.mems.iter().chain(&pm.mems).copied().collect();
+    let written: Vec<_> = pf.written.iter().chain(&pm.written).copied().collect();
+    let mode = program::address_mode(device, &kernel)?;
+    set_buffers(device, &kernel, mode, 0, &mems, &written)?;
+    let (pkf, pkm, acc, tk) = (pf.params.get(), pm.params.get(), sums.get(), tickets.get());
+    // SAFETY: attn_oh.cl's signature after the 16 buffers: the two packed
+    // scalar buffers (they live with the launches, which the plan keeps),
+    // the sums and the counter (they live with the pair) and an int.
+    unsafe {
+        kernel.set_arg(16, &pkf).cl("clSetKernelArg")?;
+        kernel.set_arg(17, &pkm).cl("clSetKernelArg")?;
+        kernel.set_arg(18, &acc).cl("clSetKernelArg")?;
+        kernel.set_arg(19, &tk).cl("clSetKernelArg")?;
+        kernel.set_arg(20, &split_arg).cl("clSetKernelArg")?;
+    }
+    Ok(Some(Pair {
+        launch: Launch {
+            kernel,
+            global: [heads * split * WG, 1, 1],
+            local: Some([WG, 1, 1]),
+            dims: 1,
+            kind: "mul_mat",
+            packed: None,
+        },
+        _tickets: tickets,
+        _sums: Some(sums),
+    }))
+}
+
+/// Whether the device has 64-bit global atomics (attn_oh.cl's sums).
+fn int64_atomics(device: &Device) -> Result<bool> {
+    let extensions = device.cl.extensions().cl("clGetDeviceInfo")?;
+    Ok(extensions.contains("cl_khr_int64_base_atomics"))
 }

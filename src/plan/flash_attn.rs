@@ -357,7 +357,9 @@ const FO_KPW: i64 = 8;
 /// states, device-wide fence, arrival counter and merge: on the H200 the
 /// 1B's GPU span a token ~1% shorter; the 7B's 256 positions in two steps
 /// took 12.3 us a launch against the split's 11.6, so a cache of more than
-/// one step stays split (docs/perf.md step 52).
+/// one step stays split (docs/perf.md step 52), unless the O projection may
+/// join the launch by heads (`POLYCL_ATTN_OH`, plan/attn_o.rs), which saves
+/// a launch: then two steps.
 fn one_kernel(
     b: &Binder,
     tk: &TensorType,
@@ -365,8 +367,10 @@ fn one_kernel(
     k: &Operand,
     v: &Operand,
 ) -> Option<&'static str> {
-    let lanes = wide_lanes(b, tk, tv, k, v, config::get().fa_one_kv)?;
-    if tk.ne[1] > (FO_WG as i64 / lanes) * FO_KPW {
+    let config = config::get();
+    let lanes = wide_lanes(b, tk, tv, k, v, config.fa_one_kv)?;
+    let steps = if config.attn_oh { 2 } else { 1 };
+    if tk.ne[1] > (FO_WG as i64 / lanes) * FO_KPW * steps {
         return None;
     }
     Some(if lanes == 16 {

@@ -81,6 +81,17 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "attn_oh",
+        &[
+            COMMON,
+            include_str!("kernels/mul_mv.cl"),
+            include_str!("kernels/mul_mv_norm.cl"),
+            "#define FA_HELPERS_ONLY 1",
+            include_str!("kernels/fa_split.cl"),
+            include_str!("kernels/attn_oh.cl"),
+        ],
+    ),
+    (
         "rope_store",
         &[COMMON, include_str!("kernels/rope_store.cl")],
     ),
@@ -108,6 +119,7 @@ const BY_ADDRESS: &[&str] = &[
     "fa_split",
     "fa_gqa",
     "attn_o",
+    "attn_oh",
 ];
 
 /// Kernels that take their scalar arguments packed in one buffer (PK_* in

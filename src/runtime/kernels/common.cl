@@ -325,3 +325,23 @@ inline void warp_sum8(float *v, __local float *scratch) {
     lanes_sum_n(v, 8, scratch, 32);
 }
 #endif
+
+// One Q8_1 block (kernel_quantize_q8_1_fast's bytes) from a warp, an element
+// a lane: d = amax / 127, q = rint(x / d), written to `blk` where `live`
+// (uniform over the warp). Every work-item of the group calls it: off NVIDIA
+// the reductions are group barriers.
+inline void warp_store_q8_1(float x, int live, __global char *blk, __local float *scratch) {
+    const int lane = get_local_id(0) % 32;
+    const float amax = warp_max(fabs(x), scratch);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int qi = (int)rint(x * id);
+    const float qsum = warp_sum((float)qi, scratch);
+    if (live) {
+        blk[4 + lane] = (char)qi;
+        if (lane == 0) {
+            store_f16(blk, d);
+            store_f16(blk + 2, d * qsum);
+        }
+    }
+}

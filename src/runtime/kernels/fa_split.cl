@@ -229,8 +229,9 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     R(const char, q) R(const char, k) R(const char, v) R(const char, mask) W(float, part)   \
     W(uint, cnt) W(char, dst) W(char, q8)
 #define FA_SPLIT_ARGS PK_SIG(FA_SPLIT_BUFS)
-#define FA_SPLIT_UNPACK                                                                     \
-    PK_BEGIN_BUFS(FA_SPLIT_BUFS)                                                            \
+#define FA_SPLIT_UNPACK PK_BEGIN_BUFS(FA_SPLIT_BUFS) FA_SPLIT_SCALARS
+// The scalars alone, for a kernel that binds the buffers itself (attn_oh.cl).
+#define FA_SPLIT_SCALARS                                                                    \
     PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)                 \
     PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
     PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \

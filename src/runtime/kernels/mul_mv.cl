@@ -495,7 +495,7 @@ MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_q4_0, 16)
 // step 15).
 kernel void kernel_quantize_q8_1_fast(CTENSOR(a), __global char *q, ulong q_off) {
     __local float scratch_all[128];
-    const int lid = get_local_id(0), lane = lid % 32;
+    const int lid = get_local_id(0);
     __local float *scratch = scratch_all + (lid / 32) * 32;
     const long e = get_global_id(0);
     const long i1 = get_global_id(1);
@@ -504,20 +504,8 @@ kernel void kernel_quantize_q8_1_fast(CTENSOR(a), __global char *q, ulong q_off)
     // reductions, whose portable form has barriers.
     const int live = e < a_ne.s0;
     const float x = live ? load_f32(AT(a, e, i1, i2, i3)) : 0.0f;
-    const float amax = warp_max(fabs(x), scratch);
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int qi = (int)rint(x * id);
-    const float qsum = warp_sum((float)qi, scratch);
-    if (live) {
-        const long row = i1 + a_ne.s1 * (i2 + a_ne.s2 * i3);
-        __global char *blk = q + q_off + (row * (a_ne.s0 / 32) + e / 32) * Q8_1_BLOCK;
-        blk[4 + lane] = (char)qi;
-        if (lane == 0) {
-            store_f16(blk, d);
-            store_f16(blk + 2, d * qsum);
-        }
-    }
+    const long row = i1 + a_ne.s1 * (i2 + a_ne.s2 * i3);
+    warp_store_q8_1(x, live, q + q_off + (row * (a_ne.s0 / 32) + e / 32) * Q8_1_BLOCK, scratch);
 }
 
 // F16 weights times activations of ACT_BYTES bytes an element (ACT2 loads

@@ -48,11 +48,13 @@
 // work-groups as the device has compute units and long rows
 // (plan/matmul_norm.rs `split_rows`), so each warp waits out half the round
 // trips.
-#define MV_NORM_BODY(ROWDOT2, SPLIT, BB)                                                    \
-    PK_BEGIN_BUFS(MV_NORM_BUFS)                                                             \
+// The scalars, also read by a kernel that binds the buffers itself (attn_oh.cl).
+#define MV_NORM_SCALARS                                                                     \
     PK_TENSOR(w) PK_ULONG(act_off) PK_ULONG(res_off) PK_ULONG(o_off)                        \
     PK_ULONG(sum_off) PK_ULONG(nw_off) PK_ULONG(q8_off) PK_ULONG(ss_off) PK_ULONG(prev_off) \
-    PK_INT(prev_parts) PK_LONG(prev_n) PK_FLOAT(eps)                                        \
+    PK_INT(prev_parts) PK_LONG(prev_n) PK_FLOAT(eps)
+#define MV_NORM_BODY(ROWDOT2, SPLIT, BB)                                                    \
+    PK_BEGIN_BUFS(MV_NORM_BUFS) MV_NORM_SCALARS                                             \
     LOCAL_ARRAY(float, scratch_all, MVN_WG * (SPLIT));                                      \
     LOCAL_ARRAY(float, lx, 2 * MVN_WARPS);                                                  \
     LOCAL_ARRAY(float, ly, 2 * MVN_WARPS);                                                  \
