@@ -67,9 +67,9 @@ inline void oh_add(volatile __global long *p, float v) {
 // j / W (W words a block) of the head's columns (wr: the row's first block
 // of them) against the output's Q8_1 codes in local memory (yq: 8 words a
 // block, yd: its scales, ys: d * sum of its codes). Runs of lanes a row keep
-// a warp's loads on a few rows' bytes: with a lane a row, each load touched
-// 32 rows' lines, and the O projection of a 7B took 14 us a layer
-// (docs/perf.md step 59).
+// each of a warp's loads on a few rows' lines (with a lane a row, on 32).
+// LOAD issues the loads, USE takes their values, so that a batch's loads
+// can all be in flight before its first dot product (docs/perf.md step 59).
 #define OH_LANES_Q4_0(NB) ((NB) * 4)
 #define OH_LOAD_Q4_0(wr, j, dw, qw)                                                         \
     {                                                                                       \
@@ -97,7 +97,7 @@ inline void oh_add(volatile __global long *p, float v) {
         s = dw * yd[b] * (float)dot4(qw, yq[8 * b + wd], 0);                                \
     }
 
-#define OH_KERNEL(NAME, LPK, DMAX, LOAD, USE, LANES, BB)                                                 \
+#define OH_KERNEL(NAME, LPK, DMAX, LOAD, USE, LANES, BB)                                    \
 __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(                     \
     OH_BUFS(PK_ARG_R, PK_ARG_W) __global const ulong *pk_fa, __global const ulong *pk_mvn,  \
     volatile __global long *acc, volatile __global uint *tk, const int split) {             \
@@ -113,8 +113,8 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     const int heads = (int)get_num_groups(0) / split;                                       \
     const long h = get_group_id(0) % heads;                                                 \
     const int share_of_rows = (int)get_group_id(0) / heads;                                 \
-    /* The head's attention over its whole cache: kernel_fa_one_*'s body, */               \
-    /* without the Q8_1 copy, which nothing reads once the O projection is here. */        \
+    /* The head's attention over its whole cache: kernel_fa_one_*'s body, */                \
+    /* without the Q8_1 copy, which nothing reads once the O projection is here. */         \
     {                                                                                       \
         const __global ulong *pk = pk_fa;                                                   \
         int pk_i = 0;                                                                       \
@@ -130,8 +130,8 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
                     h * q_ne.s1, dst, dst_off, dst_ne, dst_nb, 0, q8, 0, 1, 0, LPK, OH_WG,  \
                     FO_KPW, DMAX, red, wstate, accs, last);                                 \
     }                                                                                       \
-    /* accs[0, DV) holds the head's output: its Q8_1 codes into local memory, */           \
-    /* a warp a block (DMAX: the kernel's DV, which the host checked). */                  \
+    /* accs[0, DV) holds the head's output: its Q8_1 codes into local memory, */            \
+    /* a warp a block (DMAX: the kernel's DV, which the host checked). */                   \
     barrier(CLK_LOCAL_MEM_FENCE);                                                           \
     {                                                                                       \
         const int on = warp < (DMAX) / 32;                                                  \
@@ -154,8 +154,8 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     int pk_i = 0;                                                                           \
     MV_NORM_SCALARS                                                                         \
     (void)act_off;                                                                          \
-    /* This group's share of W_o's rows (whole 32-row blocks), OH_PASSES */   \
-    /* of (OH_WG / L) rows at a time, L lanes a row: the loads of all first, */              \
+    /* This group's share of W_o's rows (whole 32-row blocks), OH_PASSES */                 \
+    /* of (OH_WG / L) rows at a time, L lanes a row: the loads of all first, */             \
     /* then the sums over each row's lanes, then one atomic a row. */                       \
     const int L = LANES((DMAX) / 32), rl = lid / L, j = lid % L;                            \
     const long rows = w_ne.s1, per = (rows / 32 + split - 1) / split * 32;                  \
@@ -164,7 +164,7 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     for (long base = r0; base < r1; base += OH_PASSES * (OH_WG / L)) {                      \
         /* Every pass's loads before any dot product (unconditional: a row */               \
         /* past the share reads the share's last and counts 0), so they are */              \
-        /* in flight together; loads under a condition between the dot */                    \
+        /* in flight together; loads under a condition between the dot */                   \
         /* products' asm went one round trip a pass (7B: 19 us a layer). */                 \
         float s[OH_PASSES], dw[OH_PASSES];                                                  \
         int qw[OH_PASSES];                                                                  \
@@ -176,7 +176,7 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
             USE(j, dw[u], qw[u], s[u])                                                      \
             if (base + u * (OH_WG / L) + rl >= r1) s[u] = 0.0f;                             \
         }                                                                                   \
-        lanes_sum_n(s, OH_PASSES, red + lid / L * L, L);                                   \
+        lanes_sum_n(s, OH_PASSES, red + lid / L * L, L);                                    \
         _Pragma("unroll") for (int u = 0; u < OH_PASSES; ++u) {                             \
             const long r = base + u * (OH_WG / L) + rl;                                     \
             if (j == 0 && r < r1) oh_add(acc + r, s[u]);                                    \
