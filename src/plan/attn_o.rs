@@ -31,6 +31,7 @@ use crate::error::{ClContext, Result};
 use crate::passes::fuse::matmul_norm::WORK_GROUP as MVN_WG;
 use crate::runtime::executor::{set_buffers, Launch, Packed};
 use crate::runtime::{program, Device};
+use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem};
 
 /// Work-items a group of both bodies (AO_WG; FS_WG, MVN_WG).
@@ -140,13 +141,7 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
     }
     let kernel = program::kernel(device, "attn_o", &format!("kernel_attn_o_{q}_{d}"))?;
     let tickets = crate::runtime::step::upload(device, &mut [0i32; 4])?;
-    // The first 16 parameters are the two kernels' buffers in their order
-    // (attn_o.cl AO_BUFS), by address where the pair's program was built so;
-    // the memory objects live with the plan, which keeps both launches.
-    let mems: Vec<_> = pf.mems.iter().chain(&pm.mems).copied().collect();
-    let written: Vec<_> = pf.written.iter().chain(&pm.written).copied().collect();
-    let mode = program::address_mode(device, &kernel)?;
-    set_buffers(device, &kernel, mode, 0, &mems, &written)?;
+    bind_both(device, &kernel, pf, pm)?;
     let (pkf, pkm, tk) = (pf.params.get(), pm.params.get(), tickets.get());
     // SAFETY: then three buffer pointers (the packed scalars, which live with
     // the launches, and the tickets, which live with the pair) and three
@@ -172,6 +167,17 @@ fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {
         _tickets: tickets,
         _sums: None,
     }))
+}
+
+/// A pair kernel's first 16 parameters: the two launches' buffers in their
+/// order (attn_o.cl AO_BUFS, attn_oh.cl OH_BUFS), by address where the pair's
+/// program was built so; the memory objects live with the plan, which keeps
+/// both launches.
+fn bind_both(device: &Device, kernel: &Kernel, pf: &Packed, pm: &Packed) -> Result<()> {
+    let mems: Vec<_> = pf.mems.iter().chain(&pm.mems).copied().collect();
+    let written: Vec<_> = pf.written.iter().chain(&pm.written).copied().collect();
+    let mode = program::address_mode(device, kernel)?;
+    set_buffers(device, kernel, mode, 0, &mems, &written)
 }
 
 /// Slots of the attention's V head size (v's ne0: after q's and k's
@@ -230,10 +236,7 @@ fn heads_pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>
     let tickets = crate::runtime::step::upload(device, &mut [0i32; 4])?;
     // One 64-bit fixed-point sum a row, as i32 pairs.
     let sums = crate::runtime::step::upload(device, &mut vec![0i32; 2 * rows])?;
-    let mems: Vec<_> = pf.mems.iter().chain(&pm.mems).copied().collect();
-    let written: Vec<_> = pf.written.iter().chain(&pm.written).copied().collect();
-    let mode = program::address_mode(device, &kernel)?;
-    set_buffers(device, &kernel, mode, 0, &mems, &written)?;
+    bind_both(device, &kernel, pf, pm)?;
     let (pkf, pkm, acc, tk) = (pf.params.get(), pm.params.get(), sums.get(), tickets.get());
     // SAFETY: attn_oh.cl's signature after the 16 buffers: the two packed
     // scalar buffers (they live with the launches, which the plan keeps),

@@ -195,13 +195,13 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);                                \
         oh_epilogue(acc, res + res_off, nw + nw_off, o + o_off, sum + sum_off,              \
                     q8n + q8_off, ss + ss_off, ss + prev_off, prev_parts, prev_n, eps, rows, \
-                    0, rows, scr);                                                          \
+                    scr);                                                                   \
         if (lid == 0) atomic_xchg(tk, 0u);                                                  \
     }                                                                                       \
 }
 
-// MulMatAddNorm's epilogue (mul_mv_norm.cl) over rows [r0, r1) of the row,
-// a warp a block of 32 rows: o = the fixed-point sum, sum = o + res, the block's
+// MulMatAddNorm's epilogue (mul_mv_norm.cl) over the row, a warp a block
+// of 32 rows: o = the fixed-point sum, sum = o + res, the block's
 // share of sum's squares, and the Q8_1 block of sum * nw * c; then c after
 // the shares. A work-item loads its elements of OH_EPI blocks before it
 // uses any, so the group waits out one round trip a chunk of
@@ -211,7 +211,7 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
 inline void oh_epilogue(volatile __global long *acc, const __global char *res_p,
                         const __global char *nw_p, __global char *o_p, __global char *sum_p,
                         __global char *q8_p, __global char *ss_p, const __global char *prev,
-                        int prev_parts, long prev_n, float eps, long rows, long r0, long r1,
+                        int prev_parts, long prev_n, float eps, long rows,
                         __local float *scr) {
     const int lid = get_local_id(0), lane = lid % 32, warp = lid / 32;
     const float8 pre = mv_norm_prefetch(prev, prev_parts, lane);
@@ -227,8 +227,8 @@ inline void oh_epilogue(volatile __global long *acc, const __global char *res_p,
     __global float *po = (__global float *)o_p;
     __global float *ps = (__global float *)sum_p;
     __global float *shares = (__global float *)ss_p;
-    const int nblk = (int)(r1 / 32);
-    for (int c0 = (int)(r0 / 32); c0 < nblk; c0 += OH_EPI * OH_WARPS) {
+    const int nblk = (int)(rows / 32);
+    for (int c0 = 0; c0 < nblk; c0 += OH_EPI * OH_WARPS) {
         long at[OH_EPI];
         float rv[OH_EPI], gv[OH_EPI];
 #pragma unroll
@@ -241,7 +241,7 @@ inline void oh_epilogue(volatile __global long *acc, const __global char *res_p,
         }
 #ifdef POLYCL_NVIDIA
         // After the loads: the shares' round trip overlaps theirs.
-        if (c0 == (int)(r0 / 32)) c = mv_norm_rsqrt(pre, prev, prev_parts, prev_n, eps, lane, scr);
+        if (c0 == 0) c = mv_norm_rsqrt(pre, prev, prev_parts, prev_n, eps, lane, scr);
 #endif
 #pragma unroll
         for (int e = 0; e < OH_EPI; ++e) {
@@ -259,7 +259,7 @@ inline void oh_epilogue(volatile __global long *acc, const __global char *res_p,
             warp_store_q8_1(y, on, q8_p + (ulong)b * Q8_1_BLOCK, scr);
         }
     }
-    if (lid == 0 && r0 < r1) shares[rows / 32] = c;
+    if (lid == 0) shares[nblk] = c;
 }
 
 OH_KERNEL(kernel_attn_oh_q4_0_d128, 32, 128, OH_LOAD_Q4_0, OH_USE_Q4_0, OH_LANES_Q4_0, 18)
