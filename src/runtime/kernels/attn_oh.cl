@@ -8,6 +8,9 @@
 // does MulMatAddNorm's epilogue (mul_mv_norm.cl) for the whole row: o, the
 // residual sum, the shares of its sum of squares, c and the Q8_1 blocks the
 // next matmuls read, in the same layout, so those matmuls are unchanged.
+// What did not make it faster on the H200 (docs/perf.md step 60):
+// W_o prefetched into L2 during the attention (slower), the epilogue's
+// reductions interleaved (no change) and the O sums scattered over lanes.
 //
 // `split` groups a head: group g takes head g % heads and the g / heads-th
 // share of W_o's rows (whole 32-row blocks), each computing the head's
@@ -96,129 +99,6 @@ inline void oh_add(volatile __global long *p, float v) {
         s = dw * yd[b] * (float)dot4(qw, yq[8 * b + wd], 0);                                \
     }
 
-// This group's share of W_o's rows, [r0, r1) (whole 32-row blocks), and
-// the byte offset of head h's columns in a row.
-#define OH_SHARE(DMAX, BB)                                                                  \
-    const long rows = w_ne.s1, per = (rows / 32 + split - 1) / split * 32;                  \
-    const long r0 = min(rows, share_of_rows * per), r1 = min(rows, r0 + per);               \
-    const ulong col = (ulong)h * ((DMAX) / 32) * (BB);
-
-// On NVIDIA the group's W_o bytes are asked into L2 before its attention:
-// the attention is latency-bound and leaves the memory idle, and the O loop
-// then waits on L2, not on memory. A prefetch every 32 bytes (a sector)
-// and at a row's last byte covers the row's columns whatever their
-// alignment.
-#ifdef POLYCL_NVIDIA
-#define OH_PREFETCH(DMAX, BB)                                                               \
-    {                                                                                       \
-        const __global ulong *pk = pk_mvn;                                                  \
-        int pk_i = 0;                                                                       \
-        MV_NORM_SCALARS                                                                     \
-        OH_SHARE(DMAX, BB)                                                                  \
-        const int bytes = (DMAX) / 32 * (BB);                                               \
-        for (long r = r0 + get_local_id(0); r < r1; r += OH_WG) {                           \
-            const __global char *p = AT(w, 0, r, 0, 0) + col;                               \
-            for (int b = 0; b < bytes; b += 32)                                             \
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + b));                      \
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + bytes - 1));                  \
-        }                                                                                   \
-    }
-#else
-#define OH_PREFETCH(DMAX, BB)
-#endif
-
-#ifdef POLYCL_NVIDIA
-// n sums, each over an aligned run of `width` lanes (powers of two), left
-// scattered over the run: each round a lane sends its partner the half of
-// its values the partner keeps and adds the half it keeps, so a run
-// shuffles n - 1 values in all where butterflies of every sum would
-// shuffle n * log2(width). A lane ends with max(1, n / width) sums: v[k]
-// is sum number (the result) + k. Where n < width the last rounds are
-// butterflies of one value, so runs of width / n lanes hold copies.
-inline int oh_sum_scatter(float *v, const int n, const int width) {
-    const int lane = get_local_id(0) % width;
-    int cnt = n, first = 0;
-#pragma unroll
-    for (int m = width / 2; m >= 1; m >>= 1) {
-        const int h = cnt >= 2 ? cnt / 2 : 0, up = (lane & m) != 0;
-#pragma unroll
-        for (int i = 0; i < h; ++i) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
-                         : "=f"(o) : "f"(up ? v[i] : v[i + h]), "r"(m));
-            v[i] = (up ? v[i + h] : v[i]) + o;
-        }
-        if (h == 0) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[0]), "r"(m));
-            v[0] += o;
-        } else {
-            first += up ? h : 0;
-            cnt = h;
-        }
-    }
-    return first;
-}
-
-// n maxima over the warp, each round's shuffles back to back (lanes_sum_n).
-inline void oh_max_n(float *v, const int n) {
-    for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-        for (int j = 0; j < n; ++j) {
-            float o;
-            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v[j]), "r"(m));
-            v[j] = fmax(v[j], o);
-        }
-    }
-}
-#endif
-
-// The Q8_1 codes of n of a warp's 32-element blocks, an element a lane:
-// d = amax / 127, q = rint(x / d), and d * sum(q) (warp_store_q8_1's
-// arithmetic), the n blocks' reductions interleaved on NVIDIA so that they
-// wait out one shuffle chain, not n.
-inline void oh_q8_1_n(const float *x, const int n, int *qi, float *d, float *ds,
-                      __local float *scr) {
-#ifdef POLYCL_NVIDIA
-    for (int j = 0; j < n; ++j) d[j] = fabs(x[j]);
-    oh_max_n(d, n);
-#else
-    for (int j = 0; j < n; ++j) d[j] = warp_max(fabs(x[j]), scr);
-#endif
-    for (int j = 0; j < n; ++j) {
-        d[j] /= 127.0f;
-        qi[j] = (int)rint(x[j] * (d[j] != 0.0f ? 1.0f / d[j] : 0.0f));
-        ds[j] = (float)qi[j];
-    }
-    lanes_sum_n(ds, n, scr, 32);
-    for (int j = 0; j < n; ++j) ds[j] *= d[j];
-}
-
-// The passes' row sums over each row's run of L lanes, added into acc.
-// NVIDIA: scattered over the run (oh_sum_scatter), so that the run's lanes
-// shuffle OH_PASSES - 1 times, not OH_PASSES * log2(L), and its atomics
-// come from all of its lanes in one instruction, not from its first lane
-// in OH_PASSES. Elsewhere: lanes_sum_n, and the run's first lane adds.
-#ifdef POLYCL_NVIDIA
-#define OH_SUMS_ADD(s, L)                                                                   \
-    {                                                                                       \
-        const int left = OH_PASSES >= (L) ? OH_PASSES / (L) : 1;                            \
-        const int copies = OH_PASSES >= (L) ? 1 : (L) / OH_PASSES;                          \
-        const int first = oh_sum_scatter(s, OH_PASSES, L);                                  \
-        _Pragma("unroll") for (int k = 0; k < left; ++k) {                                  \
-            const long r = base + (first + k) * (OH_WG / (L)) + rl;                         \
-            if (j % copies == 0 && r < r1) oh_add(acc + r, s[k]);                           \
-        }                                                                                   \
-    }
-#else
-#define OH_SUMS_ADD(s, L)                                                                   \
-    lanes_sum_n(s, OH_PASSES, red + lid / (L) * (L), L);                                    \
-    _Pragma("unroll") for (int u = 0; u < OH_PASSES; ++u) {                                 \
-        const long r = base + u * (OH_WG / (L)) + rl;                                       \
-        if (j == 0 && r < r1) oh_add(acc + r, s[u]);                                        \
-    }
-#endif
-
 #define OH_KERNEL(NAME, LPK, DMAX, LOAD, USE, LANES, BB)                                    \
 __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(                     \
     OH_BUFS(PK_ARG_R, PK_ARG_W) __global const ulong *pk_fa, __global const ulong *pk_mvn,  \
@@ -235,7 +115,6 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     const int heads = (int)get_num_groups(0) / split;                                       \
     const long h = get_group_id(0) % heads;                                                 \
     const int share_of_rows = (int)get_group_id(0) / heads;                                 \
-    OH_PREFETCH(DMAX, BB)                                                                   \
     /* The head's attention over its whole cache: kernel_fa_one_*'s body, */                \
     /* without the Q8_1 copy, which nothing reads once the O projection is here. */         \
     {                                                                                       \
@@ -258,14 +137,17 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     barrier(CLK_LOCAL_MEM_FENCE);                                                           \
     {                                                                                       \
         const int on = warp < (DMAX) / 32;                                                  \
-        float x[1] = {on ? accs[32 * warp + lane] : 0.0f}, d[1], ds[1];                     \
-        int qi[1];                                                                          \
-        oh_q8_1_n(x, 1, qi, d, ds, scr);                                                    \
+        const float x = on ? accs[32 * warp + lane] : 0.0f;                                 \
+        const float amax = warp_max(fabs(x), scr);                                          \
+        const float d = amax / 127.0f;                                                      \
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;                                       \
+        const int qi = (int)rint(x * id);                                                   \
+        const float qsum = warp_sum((float)qi, scr);                                        \
         if (on) {                                                                           \
-            ((__local char *)yq)[32 * warp + lane] = (char)qi[0];                           \
+            ((__local char *)yq)[32 * warp + lane] = (char)qi;                              \
             if (lane == 0) {                                                                \
-                yd[warp] = d[0];                                                            \
-                ys[warp] = ds[0];                                                           \
+                yd[warp] = d;                                                               \
+                ys[warp] = d * qsum;                                                        \
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
@@ -278,7 +160,9 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     /* of (OH_WG / L) rows at a time, L lanes a row: the loads of all first, */             \
     /* then the sums over each row's lanes, then one atomic a row. */                       \
     const int L = LANES((DMAX) / 32), rl = lid / L, j = lid % L;                            \
-    OH_SHARE(DMAX, BB)                                                                      \
+    const long rows = w_ne.s1, per = (rows / 32 + split - 1) / split * 32;                  \
+    const long r0 = min(rows, share_of_rows * per), r1 = min(rows, r0 + per);               \
+    const ulong col = (ulong)h * ((DMAX) / 32) * (BB);                                      \
     for (long base = r0; base < r1; base += OH_PASSES * (OH_WG / L)) {                      \
         /* Every pass's loads before any dot product (unconditional: a row */               \
         /* past the share reads the share's last and counts 0), so they are */              \
@@ -294,7 +178,11 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
             USE(j, dw[u], qw[u], s[u])                                                      \
             if (base + u * (OH_WG / L) + rl >= r1) s[u] = 0.0f;                             \
         }                                                                                   \
-        OH_SUMS_ADD(s, L)                                                                   \
+        lanes_sum_n(s, OH_PASSES, red + lid / L * L, L);                                    \
+        _Pragma("unroll") for (int u = 0; u < OH_PASSES; ++u) {                             \
+            const long r = base + u * (OH_WG / L) + rl;                                     \
+            if (j == 0 && r < r1) oh_add(acc + r, s[u]);                                    \
+        }                                                                                   \
     }                                                                                       \
     /* The last group of all does the epilogue. The last of each share */                   \
     /* for its rows gave wrong rows on PoCL (docs/perf.md step 59): its */                  \
@@ -357,36 +245,20 @@ inline void oh_epilogue(volatile __global long *acc, const __global char *res_p,
         // After the loads: the shares' round trip overlaps theirs.
         if (c0 == 0) c = mv_norm_rsqrt(pre, prev, prev_parts, prev_n, eps, lane, scr);
 #endif
-        float sq[OH_EPI], y[OH_EPI], d[OH_EPI], ds[OH_EPI];
-        int qi[OH_EPI];
 #pragma unroll
         for (int e = 0; e < OH_EPI; ++e) {
-            const int b = c0 + e * OH_WARPS + warp;
+            const int b = c0 + e * OH_WARPS + warp, on = b < nblk;
             const long i = 32 * (long)b + lane;
             const float t = (float)at[e] * (1.0f / OH_FIXED);
-            const float x = t + rv[e];
-            y[e] = x * gv[e] * c;
-            sq[e] = x * x;
-            if (b < nblk) {
+            const float x = t + rv[e], y = x * gv[e] * c;
+            if (on) {
                 acc[i] = 0;
                 po[i] = t;
                 ps[i] = x;
             }
-        }
-        lanes_sum_n(sq, OH_EPI, scr, 32);
-        oh_q8_1_n(y, OH_EPI, qi, d, ds, scr);
-#pragma unroll
-        for (int e = 0; e < OH_EPI; ++e) {
-            const int b = c0 + e * OH_WARPS + warp;
-            __global char *blk = q8_p + (ulong)b * Q8_1_BLOCK;
-            if (b < nblk) {
-                blk[4 + lane] = (char)qi[e];
-                if (lane == 0) {
-                    shares[b] = sq[e];
-                    store_f16(blk, d[e]);
-                    store_f16(blk + 2, ds[e]);
-                }
-            }
+            const float share = warp_sum(x * x, scr);
+            if (on && lane == 0) shares[b] = share;
+            warp_store_q8_1(y, on, q8_p + (ulong)b * Q8_1_BLOCK, scr);
         }
     }
     if (lid == 0) shares[nblk] = c;
