@@ -188,7 +188,16 @@ pub fn build_source_with(
     // run time, never when polycl is compiled.
     let config = crate::config::get();
     let (unroll_q4_0, unroll) = config.mv_unrolls();
-    let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}");
+    // A pair of Q4_0 blocks a lane (POLYCL_MV_LOADS=pairs) is two in flight.
+    let pairs = if config.mv_pairs {
+        format!(
+            " -DMV_PAIRS=1 -DMV_UNROLL_PAIRS_Q4_0={}",
+            (unroll_q4_0 / 2).max(1)
+        )
+    } else {
+        String::new()
+    };
+    let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}");
     // Settings of one program (the mma tile's shape, the GLU's warps, the
     // attention + O kernels' register cap) only for that program, so that
     // sweeping one leaves the other programs' cached binaries (keyed by

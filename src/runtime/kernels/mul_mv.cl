@@ -67,8 +67,8 @@ inline int dot4(int a, int b, int c) {
 // caller sums the 32 lanes): twice the weight loads in flight and one
 // activation load for both rows.
 // Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
-inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
-                           const __global char *arow, long nblocks, int lane) {
+inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
+                                 const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
 MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
     for (long ib = lane; ib < nblocks; ib += MV_LANES) {
@@ -126,6 +126,93 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
     }
     return sum;
 }
+
+// MV_PAIRS (build option, config.rs `POLYCL_MV_LOADS`, on by default): a
+// lane of a Q4_0 row pair takes two adjacent blocks at a time. Two blocks are
+// 36 bytes, so from a 4-byte aligned row they are 9 aligned words: the first
+// block's codes sit 2 bytes into a word (a funnel shift by a constant 16
+// each), the second's are aligned, and their two Q8_1 blocks (72 bytes) are
+// 9 8-byte loads. A lane's single block (mv_row2_words_q4_0) needs a select
+// a word for its runtime alignment, an extra 2-byte load and ten loads for
+// its Q8_1 block. On the H200 the 7B Q4_0's decode span was ~4% shorter
+// this way. Q8_0 pairs (17 words a row) were slower, and so was the 1B's
+// 16-warp GLU, 512 wide, which fits two groups a compute unit only at 64
+// registers (the 8-warp GLU went from 64 to 72 with pairs), so Q8_0 and
+// that GLU keep the words (docs/perf.md step 61).
+#if defined(MV_PAIRS) && !defined(POLYCL_STEP)
+#ifndef MV_UNROLL_PAIRS_Q4_0
+#define MV_UNROLL_PAIRS_Q4_0 1
+#endif
+inline float mv_half_bits(uint h) {
+#ifdef POLYCL_NVIDIA
+    float r;
+    const ushort u = (ushort)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(u));
+    return r;
+#else
+    const ushort u = (ushort)h;
+    return vload_half(0, (const __private half *)&u);
+#endif
+}
+// Whether a row pair's blocks are taken two at a time (the same for every
+// lane): rows of more than one pair a lane (a 1B's 2048 columns, one pair a
+// lane, ran no faster; the halves of its 5632-column rows in MulMatAddNorm's
+// split did).
+inline bool mv_pairs_fit(const __global char *w0, const __global char *w1,
+                         const __global char *arow, long nblocks) {
+    return nblocks > 2 * MV_LANES && (nblocks & 1) == 0 &&
+           ((((ulong)w0) | ((ulong)w1)) & 3) == 0 && (((ulong)arow) & 7) == 0;
+}
+// Two Q8_1 blocks from an 8-byte aligned address: a[0] and a[9] are their
+// (scale, sum) halves, a[1..9) and a[10..18) their codes.
+#define MV_PAIR_Q8_1(ab, a)                                                                 \
+    do {                                                                                    \
+        const __global uint2 *p_ = (const __global uint2 *)(ab);                            \
+        _Pragma("unroll") for (int i_ = 0; i_ < 9; ++i_) {                                  \
+            const uint2 v_ = p_[i_];                                                        \
+            a[2 * i_] = v_.x;                                                               \
+            a[2 * i_ + 1] = v_.y;                                                           \
+        }                                                                                   \
+    } while (0)
+#define MV_FUNNEL16(lo, hi) ((int)(((lo) >> 16) | ((hi) << 16)))
+
+inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long nblocks, int lane) {
+    if (!mv_pairs_fit(w0, w1, arow, nblocks))
+        return mv_row2_words_q4_0(w0, w1, arow, nblocks, lane);
+    float2 sum = (float2)(0.0f, 0.0f);
+    const long npairs = nblocks >> 1;
+MV_UNROLL_PRAGMA(MV_UNROLL_PAIRS_Q4_0)
+    for (long ip = lane; ip < npairs; ip += MV_LANES) {
+        uint a[18];
+        MV_PAIR_Q8_1(arow + ip * (2 * Q8_1_BLOCK), a);
+        const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);
+        const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);
+        for (int m = 0; m < 2; ++m) {
+            const __global uint *wp = (const __global uint *)((m == 0 ? w0 : w1) + ip * 36);
+            uint x[9];
+#pragma unroll
+            for (int i = 0; i < 9; ++i) x[i] = wp[i];
+            int i0 = 0, i1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int q = MV_FUNNEL16(x[i], x[i + 1]);
+                i0 = dot4(q & 0x0F0F0F0F, (int)a[1 + i], i0);
+                i0 = dot4((q >> 4) & 0x0F0F0F0F, (int)a[5 + i], i0);
+                i1 = dot4((int)x[5 + i] & 0x0F0F0F0F, (int)a[10 + i], i1);
+                i1 = dot4(((int)x[5 + i] >> 4) & 0x0F0F0F0F, (int)a[14 + i], i1);
+            }
+            const float r = mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
+                            mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
+            if (m == 0) sum.x += r; else sum.y += r;
+        }
+    }
+    return sum;
+}
+#else
+// The step program (PoCL compiles it cold in CI) and MV_PAIRS off: the words.
+#define mv_row2_q4_0 mv_row2_words_q4_0
+#endif
 
 // K-quant weights against Q8_1 activations, like CUDA's vec_dot_q4_K_q8_1:
 // a Q8_1 block is one 32-element unit of a super-block (unit u is sub-block
@@ -481,7 +568,7 @@ MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS)
 // 16 warps a work-group whatever GLU_WARPS is, for GLUs of few work-groups
 // (plan/fused_matmul.rs `glu_shape`): two row pairs a warp in sequence
 // instead of four.
-MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_q4_0, 16)
+MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_words_q4_0, 16)
 #endif
 
 #ifndef POLYCL_STEP
