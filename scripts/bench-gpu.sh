@@ -8,7 +8,9 @@
 #   stage=bench  bash scripts/bench-gpu.sh   # models + llama-bench, prints ratios
 #   stage=closing bash scripts/bench-gpu.sh  # build and models side by side, then bench (~10 min
 #                                            # on a fresh machine: start it with setsid, output to
-#                                            # a file, and poll that file in later calls)
+#                                            # a file, and poll that file in later calls; with
+#                                            # HOST_BIN, a carried CPU-only host, only the CUDA
+#                                            # backend is built: ~3.5 min)
 #   stage=all    bash scripts/bench-gpu.sh   # build, models, profile, bench, greedy, backend ops
 #   CUDA=OFF stage=step bash scripts/bench-gpu.sh  # polycl alone: step kernel off/on
 #   stage=profile bash scripts/bench-gpu.sh  # polycl alone: fusions off/on/newest off, launches and host
@@ -54,11 +56,30 @@ BUILD=$W/build$([[ $CUDA == ON ]] || echo -nocuda)
 BIN=$BUILD/bin
 # HOST_BIN: a prebuilt CPU-only host carried along (the development machine's
 # $POLYCL_CACHE/llama-cpp-python-*/build/bin, ~13 MB): the polycl-only stages
-# then need no host build on the GPU machine (~2 minutes of device time).
-if [[ -n ${HOST_BIN:-} ]]; then BIN=$(cd "$HOST_BIN" && pwd); export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH; fi
+# then need no host build on the GPU machine (~2 minutes of device time). With
+# CUDA=ON the host is copied to $W/host and build() makes only the CUDA
+# backend beside it (~3.5 minutes on the H200 machine's 16 cores), so both
+# backends run under the very host of the polycl-only stages: llama-bench
+# loads the backends of its folder.
+if [[ -n ${HOST_BIN:-} ]]; then
+  if [[ $CUDA == ON ]]; then mkdir -p "$W/host" && cp -a "$HOST_BIN/." "$W/host/"; BIN=$W/host
+  else BIN=$(cd "$HOST_BIN" && pwd); fi
+  export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
+fi
 
 build() {
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi
+  if [[ -n ${HOST_BIN:-} ]]; then # the carried host; only the CUDA backend is missing
+    [[ $CUDA == ON && ! -f $BIN/libggml-cuda.so ]] || { echo "build rc=0 (carried host)" >> "$W/build.log"; return; }
+    cmake -S "$W/vendor/llama.cpp" -B "$W/build-cuda-only" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+      > "$W/cmake.log" 2>&1 &&
+      cmake --build "$W/build-cuda-only" -j "$(nproc)" --target ggml-cuda > "$W/build.log" 2>&1 &&
+      cp "$(find "$W/build-cuda-only" -name libggml-cuda.so | head -n 1)" "$BIN/"
+    echo "build rc=$?" >> "$W/build.log"
+    return
+  fi
   cmake -S "$W/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$CUDA \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
     -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -149,8 +170,12 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
   done
 }
 
+host_ready() { # the host and, with CUDA=ON, its CUDA backend are built
+  [[ -x $BIN/llama-bench && ( $CUDA != ON || -f $BIN/libggml-cuda.so ) ]]
+}
+
 depth_setup() { # the host built where missing, beside the 1B and 7B Q4_0 models of the depth stages
-  [[ -x $BIN/llama-bench ]] || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
+  host_ready || build & make_model "$W/m1-q4_0.gguf" 1b q4_0 &
   make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
 }
 
@@ -373,7 +398,7 @@ case ${stage:-bench} in
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
       "$W/$PROBE" ${PROBE_ARGS:-} ;;
   ab | abdepth | sweep | span) # the host built where missing, beside the models
-    [[ -x $BIN/llama-bench ]] || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
+    host_ready || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
