@@ -51,8 +51,12 @@ LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
 # Models of stage=ab and stage=sweep.
 AB_MODELS=${AB_MODELS:-m7-q4_0 m1-q4_0 m7-q8_0}
 # CUDA=OFF builds the host without the CUDA backend (minutes faster; polycl-only stages).
-CUDA=${CUDA:-ON}
-BUILD=$W/build$([[ $CUDA == ON ]] || echo -nocuda)
+# WITH_CUDA and CARRIED_HOST keep CUDA and HOST_BIN for the functions below: a
+# session script that sources this file with `CUDA=... source` gets its
+# assignments undone when the source returns.
+WITH_CUDA=${CUDA:-ON}
+CARRIED_HOST=${HOST_BIN:+$(cd "$HOST_BIN" && pwd)}
+BUILD=$W/build$([[ $WITH_CUDA == ON ]] || echo -nocuda)
 BIN=$BUILD/bin
 # HOST_BIN: a prebuilt CPU-only host carried along (the development machine's
 # $POLYCL_CACHE/llama-cpp-python-*/build/bin, ~13 MB): the polycl-only stages
@@ -61,16 +65,16 @@ BIN=$BUILD/bin
 # backend beside it (~3.5 minutes on the H200 machine's 16 cores), so both
 # backends run under the very host of the polycl-only stages: llama-bench
 # loads the backends of its folder.
-if [[ -n ${HOST_BIN:-} ]]; then
-  if [[ $CUDA == ON ]]; then mkdir -p "$W/host" && cp -a "$HOST_BIN/." "$W/host/"; BIN=$W/host
-  else BIN=$(cd "$HOST_BIN" && pwd); fi
+if [[ -n $CARRIED_HOST ]]; then
+  if [[ $WITH_CUDA == ON ]]; then mkdir -p "$W/host" && cp -a "$CARRIED_HOST/." "$W/host/"; BIN=$W/host
+  else BIN=$CARRIED_HOST; fi
   export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
 fi
 
 build() {
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi
-  if [[ -n ${HOST_BIN:-} ]]; then # the carried host; only the CUDA backend is missing
-    [[ $CUDA == ON && ! -f $BIN/libggml-cuda.so ]] || { echo "build rc=0 (carried host)" >> "$W/build.log"; return; }
+  if [[ -n $CARRIED_HOST ]]; then # the carried host; only the CUDA backend is missing
+    [[ $WITH_CUDA == ON && ! -f $BIN/libggml-cuda.so ]] || { echo "build rc=0 (carried host)" >> "$W/build.log"; return; }
     cmake -S "$W/vendor/llama.cpp" -B "$W/build-cuda-only" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
@@ -80,12 +84,12 @@ build() {
     echo "build rc=$?" >> "$W/build.log"
     return
   fi
-  cmake -S "$W/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$CUDA \
+  cmake -S "$W/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$WITH_CUDA \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
     -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_SERVER=OFF > "$W/cmake.log" 2>&1
   cmake --build "$BUILD" -j "$(nproc)" --target llama-bench ggml-cpu test-backend-ops \
-    $([[ $CUDA == ON ]] && echo ggml-cuda) \
+    $([[ $WITH_CUDA == ON ]] && echo ggml-cuda) \
     > "$W/build.log" 2>&1
   echo "build rc=$?" >> "$W/build.log"
 }
@@ -171,7 +175,7 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
 }
 
 host_ready() { # the host and, with CUDA=ON, its CUDA backend are built
-  [[ -x $BIN/llama-bench && ( $CUDA != ON || -f $BIN/libggml-cuda.so ) ]]
+  [[ -x $BIN/llama-bench && ( $WITH_CUDA != ON || -f $BIN/libggml-cuda.so ) ]]
 }
 
 depth_setup() { # the host built where missing, beside the 1B and 7B Q4_0 models of the depth stages
