@@ -170,6 +170,27 @@ pub const PACKED: &[&str] = &[
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
 
+/// The decode matvecs' load settings (mul_mv.cl) as defines, only for a
+/// source that reads them, so that sweeping them leaves every other
+/// program's cached binary (keyed by options) valid: while they went to
+/// every program, session 28's new one made CI compile every program cold.
+fn matvec_defines(config: &crate::config::Config, source: &str) -> String {
+    if !source.contains("MV_UNROLL") {
+        return String::new();
+    }
+    let (unroll_q4_0, unroll) = config.mv_unrolls();
+    // A pair of Q4_0 blocks a lane (POLYCL_MV_LOADS=pairs) is two in flight.
+    let pairs = if config.mv_pairs {
+        format!(
+            " -DMV_PAIRS=1 -DMV_UNROLL_PAIRS_Q4_0={}",
+            (unroll_q4_0 / 2).max(1)
+        )
+    } else {
+        String::new()
+    };
+    format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}")
+}
+
 /// Builds `source` for `device`; on failure the error carries the build log.
 pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
     build_source_with(device, name, source, "")
@@ -187,17 +208,7 @@ pub fn build_source_with(
     // Vendor-specific code paths (inline PTX) are chosen per device here, at
     // run time, never when polycl is compiled.
     let config = crate::config::get();
-    let (unroll_q4_0, unroll) = config.mv_unrolls();
-    // A pair of Q4_0 blocks a lane (POLYCL_MV_LOADS=pairs) is two in flight.
-    let pairs = if config.mv_pairs {
-        format!(
-            " -DMV_PAIRS=1 -DMV_UNROLL_PAIRS_Q4_0={}",
-            (unroll_q4_0 / 2).max(1)
-        )
-    } else {
-        String::new()
-    };
-    let unrolls = format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}");
+    let unrolls = matvec_defines(config, source);
     // Settings of one program (the mma tile's shape, the GLU's warps, the
     // attention + O kernels' register cap) only for that program, so that
     // sweeping one leaves the other programs' cached binaries (keyed by
@@ -292,4 +303,30 @@ pub fn kernel(device: &Device, program_name: &'static str, kernel_name: &str) ->
             e.0
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(name: &str) -> String {
+        let (_, sources) = PROGRAMS.iter().find(|(n, _)| *n == name).unwrap();
+        sources.join("\n")
+    }
+
+    #[test]
+    fn matvec_defines_go_only_to_the_programs_that_read_them() {
+        let defaults = crate::config::parse(&|_| None);
+        let mv = matvec_defines(&defaults, &joined("mul_mv"));
+        assert!(mv.contains("-DMV_UNROLL=4") && mv.contains("-DMV_UNROLL_Q4_0=2"));
+        assert!(mv.contains("-DMV_PAIRS=1 -DMV_UNROLL_PAIRS_Q4_0=1"));
+        for name in ["norm", "rope", "fa_split", "mul_mat", "flash_attn"] {
+            assert_eq!(matvec_defines(&defaults, &joined(name)), "", "{name}");
+        }
+        // The attention + O pair holds the matvecs too, so it keeps them.
+        assert_eq!(matvec_defines(&defaults, &joined("attn_o")), mv);
+        let words = crate::config::parse(&|k| (k == "POLYCL_MV_LOADS").then(|| "words".into()));
+        let w = matvec_defines(&words, &joined("mul_mv"));
+        assert!(w.contains("-DMV_UNROLL=4") && !w.contains("MV_PAIRS"));
+    }
 }
