@@ -73,24 +73,18 @@ fi
 
 build() {
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi
+  local dir=$BUILD targets=(llama-bench ggml-cpu test-backend-ops)
   if [[ -n $CARRIED_HOST ]]; then # the carried host; only the CUDA backend is missing
     [[ $WITH_CUDA == ON && ! -f $BIN/libggml-cuda.so ]] || { echo "build rc=0 (carried host)" >> "$W/build.log"; return; }
-    cmake -S "$W/vendor/llama.cpp" -B "$W/build-cuda-only" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
-      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-      > "$W/cmake.log" 2>&1 &&
-      cmake --build "$W/build-cuda-only" -j "$(nproc)" --target ggml-cuda > "$W/build.log" 2>&1 &&
-      cp "$(find "$W/build-cuda-only" -name libggml-cuda.so | head -n 1)" "$BIN/"
-    echo "build rc=$?" >> "$W/build.log"
-    return
+    dir=$W/build-cuda-only targets=()
   fi
-  cmake -S "$W/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$WITH_CUDA \
+  cmake -S "$W/vendor/llama.cpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=$WITH_CUDA \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF \
     -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_SERVER=OFF > "$W/cmake.log" 2>&1
-  cmake --build "$BUILD" -j "$(nproc)" --target llama-bench ggml-cpu test-backend-ops \
-    $([[ $WITH_CUDA == ON ]] && echo ggml-cuda) \
-    > "$W/build.log" 2>&1
+    -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_SERVER=OFF > "$W/cmake.log" 2>&1 &&
+    cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" \
+      $([[ $WITH_CUDA == ON ]] && echo ggml-cuda) > "$W/build.log" 2>&1 &&
+    if [[ -n $CARRIED_HOST ]]; then cp "$(find "$dir" -name libggml-cuda.so | head -n 1)" "$BIN/"; fi
   echo "build rc=$?" >> "$W/build.log"
 }
 

@@ -5,7 +5,7 @@
 //! only the rows a warp takes in sequence differ. What the 8-warp kernel
 //! computes is checked against ggml's CPU backend by the greedy runs.
 //!
-//! On rows of 128 blocks or more the 8-warp kernel's lanes take two blocks
+//! On rows of more than 64 blocks the 8-warp kernel's lanes take two blocks
 //! at a time (mul_mv.cl MV_PAIRS, the default) while the 16-warp kernel
 //! keeps a block a lane: there the two must agree up to float summation
 //! order, and differ in some bits (which shows the pairs path ran).
