@@ -148,6 +148,19 @@ echo "wide model, POLYCL_MVN_SPLIT=2: polycl $split"
 grep -qw kernel_mul_mv_norm2_q4_0 <<<"$out" || { echo "FAIL: POLYCL_MVN_SPLIT=2 runs no kernel_mul_mv_norm2_q4_0"; fail=1; }
 [[ -n "$split" && "$split" == "$wide_cpu" ]] ||
   { echo "FAIL: the wide model's tokens with POLYCL_MVN_SPLIT=2 differ from the CPU backend's"; fail=1; }
+# The hand-off (runtime/handoff.rs) in its serial form, the counters on the one queue: the
+# decode step's kernels chained (the log's "hand-off (Serial): N of M launches"), every wait
+# satisfied (a wait that gave up fails the compute) and the same tokens as the CPU backend's.
+out=$(POLYCL_HANDOFF=serial POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+  -m "$WIDE" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | grep -v launches | tail -n 3 || true; }
+chained=$(echo "$out" | sed -n 's/.*hand-off (Serial): \([0-9]*\) of \([0-9]*\) launches.*/\1 \2/p' | tail -n 1)
+handoff=$(echo "$out" | grep '^tokens:' || true)
+echo "wide model, POLYCL_HANDOFF=serial: decode step chained/launches: ${chained:-none}; polycl $handoff"
+read -r n_chained n_all <<<"${chained:-0 0}"
+(( n_chained >= 3 && n_chained + 2 >= n_all )) ||
+  { echo "FAIL: POLYCL_HANDOFF=serial chains $n_chained of the decode step's $n_all launches"; fail=1; }
+[[ -n "$handoff" && "$handoff" == "$wide_cpu" ]] ||
+  { echo "FAIL: the wide model's tokens with POLYCL_HANDOFF=serial differ from the CPU backend's"; fail=1; }
 # The output norm's row, which the lm head's kernel writes for the host where the host asks
 # for embeddings (llama marks the row an output): every generation step's against the CPU
 # backend's (measured: ~7e-4 of the row's largest value; the decode steps run

@@ -28,6 +28,9 @@
 //! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
 //! | `POLYCL_BUFFER_ADDRESSES` | `0`, `1` or `reads` | which buffers the decode kernels (program.rs `BY_ADDRESS`: matvec, norm, rope, attention, the attention + O pair) take as their device addresses, ulong arguments read back once when a plan binds a launch, instead of buffer arguments (`runtime/addresses.rs`): `1` (default) all, `reads` the ones a kernel only reads, `0` none; only on a device alone in its OpenCL context that passes a check at first use, elsewhere buffers stay arguments. NVIDIA's enqueue costs ~0.4 us a buffer argument and ~0.05 us a ulong; on the H200 a 1B token took ~170-270 us less of the host's time and the 7B's GPU time did not change (docs/perf.md step 48) |
+//! | `POLYCL_HANDOFF` | `0`, `1` or `serial` | `1` (default on NVIDIA GPUs): a decode step's runs of decode kernels alternate between two in-order queues, and each launch's work-groups wait at their top on an arrival counter that every work-group of the launch before increments at its end (`runtime/handoff.rs`), so a launch's groups start while the one before drains; only for plans whose every such launch fits `POLYCL_HANDOFF_WIDTH` (on the H200 the 1B Q4_0 decoded ~10% faster; the 7B's Q/K/V launch is wider, and the 7B was 1-8% slower with it, docs/perf.md step 63); `serial`: the same counters on the one queue (tests); `0` (default elsewhere): one queue, no counters |
+//! | `POLYCL_HANDOFF_WIDTH` | 1 to 1048576 | with `POLYCL_HANDOFF=1`: a plan is handed off only if none of its decode launches has more work-items than this many a compute unit (default 1024: the later groups of a launch that does not fit on the device at once find their places held by its successor's waiting groups) |
+//! | `POLYCL_HANDOFF_SLEEP` | 0 to 10000 | with `POLYCL_HANDOFF`, NVIDIA sm_70 and later: nanoseconds a waiting work-group sleeps between polls of its counter (default 0: it polls without pause) |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
@@ -100,6 +103,14 @@ pub struct Config {
     pub profile_twice: Option<String>,
     /// The persistent step kernel (`POLYCL_STEP`); None: off.
     pub step: Option<bool>,
+    /// Launches handed off between two queues by counters (`POLYCL_HANDOFF`);
+    /// None: on where the device runs two queues at once (runtime/handoff.rs).
+    pub handoff: Option<Handoff>,
+    /// Nanoseconds between a waiting group's polls (`POLYCL_HANDOFF_SLEEP`).
+    pub handoff_sleep_ns: u32,
+    /// Work-items a compute unit that a launch may have and still be waited
+    /// on by counters (`POLYCL_HANDOFF_WIDTH`).
+    pub handoff_width: usize,
     /// Which decode-kernel buffers go by device address
     /// (`POLYCL_BUFFER_ADDRESSES`, runtime/addresses.rs); None: not asked,
     /// `All` where the device allows it.
@@ -126,6 +137,19 @@ pub enum WriteMode {
     Batch,
     Async,
     Blocking,
+}
+
+/// What `POLYCL_HANDOFF` asks for (runtime/handoff.rs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Handoff {
+    /// One queue, no counters.
+    #[default]
+    Off,
+    /// Two queues alternating, ordered by the counters alone.
+    On,
+    /// The counters on the one queue, where the queue's order already
+    /// satisfies every wait: the frame's results, for tests.
+    Serial,
 }
 
 /// What `POLYCL_BUFFER_ADDRESSES` asks for: which buffers of the decode
@@ -297,6 +321,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         attn_o_maxrreg: None,
         step_groups_per_cu: 4,
         step_max_mb: 8,
+        handoff_width: 1024,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -450,6 +475,32 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             "reads" => c.buffer_addresses = Some(BufferAddresses::Reads),
             _ => c.problems.push(format!(
                 "POLYCL_BUFFER_ADDRESSES={v:?}: expected 0, 1 or reads; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_HANDOFF") {
+        match v.trim() {
+            "0" => c.handoff = Some(Handoff::Off),
+            "1" => c.handoff = Some(Handoff::On),
+            "serial" => c.handoff = Some(Handoff::Serial),
+            _ => c.problems.push(format!(
+                "POLYCL_HANDOFF={v:?}: expected 0, 1 or serial; using the default"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_HANDOFF_SLEEP") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if n <= 10_000 => c.handoff_sleep_ns = n,
+            _ => c.problems.push(format!(
+                "POLYCL_HANDOFF_SLEEP={v:?}: expected an integer from 0 to 10000; using 0"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_HANDOFF_WIDTH") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=1 << 20).contains(&n) => c.handoff_width = n,
+            _ => c.problems.push(format!(
+                "POLYCL_HANDOFF_WIDTH={v:?}: expected an integer from 1 to 1048576; using 1024"
             )),
         }
     }
@@ -783,6 +834,30 @@ mod tests {
             );
         }
         assert_eq!((c.step, c.step_groups_per_cu, c.step_max_mb), (None, 4, 8));
+    }
+
+    #[test]
+    fn handoff_settings() {
+        let c = with(&[]);
+        assert_eq!((c.handoff, c.handoff_sleep_ns), (None, 0));
+        assert_eq!(c.handoff_width, 1024);
+        assert_eq!(
+            with(&[("POLYCL_HANDOFF_WIDTH", "4096")]).handoff_width,
+            4096
+        );
+        assert_eq!(with(&[("POLYCL_HANDOFF_WIDTH", "0")]).problems.len(), 1);
+        for (v, want) in [
+            ("0", Handoff::Off),
+            ("1", Handoff::On),
+            ("serial", Handoff::Serial),
+        ] {
+            let c = with(&[("POLYCL_HANDOFF", v), ("POLYCL_HANDOFF_SLEEP", "128")]);
+            assert!(c.problems.is_empty(), "{:?}", c.problems);
+            assert_eq!((c.handoff, c.handoff_sleep_ns), (Some(want), 128));
+        }
+        let c = with(&[("POLYCL_HANDOFF", "yes"), ("POLYCL_HANDOFF_SLEEP", "-1")]);
+        assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
+        assert_eq!((c.handoff, c.handoff_sleep_ns), (None, 0));
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct Plan {
     /// Runs of launches that one launch replaces: for each launch index, the
     /// end of the run starting there and what runs it.
     pub merged: std::collections::HashMap<usize, (usize, Merged)>,
+    /// Runs of launches handed off between two queues (runtime/handoff.rs).
+    pub handoff: Option<crate::runtime::handoff::Chains>,
 }
 
 /// One launch in place of a run of a plan's launches.
@@ -207,8 +209,14 @@ impl Plan {
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
-        // The step kernel takes runs of launches that a pair would split.
-        let merged = if crate::runtime::step::wanted() {
+        // The hand-off chains the launches that a merge would replace (and
+        // the merges read the slots it fills); the step kernel takes runs of
+        // launches that a pair would split.
+        let handoff =
+            crate::runtime::handoff::Chains::build(device, &mut launches, |i| binder.mm.plain(i))?;
+        let merged = if handoff.is_some() {
+            Default::default()
+        } else if crate::runtime::step::wanted() {
             crate::runtime::step::batches(device, &launches, |i| binder.mm.plain(i))?
                 .into_iter()
                 .map(|(start, end, batch)| (start, (end, Merged::Step(batch))))
@@ -228,6 +236,7 @@ impl Plan {
             scratch,
             free_epoch: DeviceBuffer::free_epoch(),
             mm: binder.mm,
+            handoff,
         })
     }
 
@@ -250,10 +259,11 @@ impl Plan {
             (start, crate::runtime::profile::take_host_gap())
         });
         let mut first = None;
-        let mut held: Option<&Launch> = None;
+        let mut held: Option<(&Launch, bool)> = None;
+        let second = |i: usize| self.handoff.as_ref().is_some_and(|c| c.second[i]);
         for (i, l) in self.launches.iter().enumerate() {
-            if let Some(h) = held.take() {
-                h.enqueue(&self.device)?;
+            if let Some((h, on_second)) = held.take() {
+                h.enqueue_at(&self.device, on_second)?;
             }
             let run = self.mm.before(&self.device, i, l, &mut s)?;
             let merged = self.merged.get(&i);
@@ -267,14 +277,14 @@ impl Plan {
             };
             if run {
                 if span.is_none() {
-                    l.enqueue(&self.device)?;
+                    l.enqueue_at(&self.device, second(i))?;
                 } else if first.is_none() {
                     let at = std::time::Instant::now();
                     first = l.enqueue_timed(&self.device, true)?.map(|e| (e, at));
                 } else if !l.is_empty() {
                     // An empty launch enqueues nothing, so it has no event
                     // to time as the last.
-                    held = Some(l);
+                    held = Some((l, second(i)));
                 }
                 since_flush += 1;
                 // A step launch is a run of launches: the device starts on
@@ -286,11 +296,16 @@ impl Plan {
             }
         }
         let last = match held {
-            Some(h) => h.enqueue_timed(&self.device, true)?,
+            // The last launch of a plan with chains ends one on the first
+            // queue (handoff.rs), where the span's events are.
+            Some((h, _)) => h.enqueue_timed(&self.device, true)?,
             None => None,
         };
         self.mm.finish(&self.device, self.launches.len(), s)?;
         self.device.flush()?;
+        if let Some(chains) = &self.handoff {
+            chains.check(&self.device)?;
+        }
         if crate::runtime::profile::per_kernel() {
             self.device.synchronize()?;
             crate::runtime::profile::report(&self.device.name);

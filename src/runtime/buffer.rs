@@ -379,6 +379,9 @@ impl Device {
             return Ok(());
         }
         let seen = self.enqueued_now();
+        // The hand-off's second queue needs no wait of its own: every chain
+        // ends on this queue with a launch that waited for the second
+        // queue's last one to arrive, after its last store (handoff.rs).
         self.in_order.finish().cl("clFinish")?;
         self.drained_to(seen);
         self.uploads_drained();
@@ -386,6 +389,9 @@ impl Device {
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {
+        if let Some(Ok(second)) = self.second.get() {
+            second.flush().cl("clFlush")?;
+        }
         cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))
     }
 }

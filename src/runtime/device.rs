@@ -41,6 +41,9 @@ pub struct Device {
     /// so a set_tensor after a graph compute sees its results. Commands go
     /// through `queue()` (upload.rs), which sends the writes held first.
     pub(crate) in_order: CommandQueue,
+    /// The hand-off's second in-order queue (runtime/handoff.rs), made at
+    /// its first use; ordered against `in_order` by the kernels' counters.
+    pub(crate) second: OnceLock<std::result::Result<CommandQueue, Error>>,
     /// Whether `uploads` holds writes for a batch (read without its lock).
     pub(crate) batch_held: AtomicBool,
     /// Commands enqueued, counted once each enqueue call has returned.
@@ -70,11 +73,12 @@ pub struct Device {
 /// counted when this is dropped, after the enqueue call has returned.
 pub(crate) struct Enqueue<'d> {
     device: &'d Device,
+    queue: cl_command_queue,
 }
 
 impl Enqueue<'_> {
     pub(crate) fn get(&self) -> cl_command_queue {
-        self.device.in_order.get()
+        self.queue
     }
 }
 
@@ -91,7 +95,41 @@ impl Device {
     /// `cq::enqueue_...(device.queue()?.get(), ...)`.
     pub(crate) fn queue(&self) -> Result<Enqueue<'_>> {
         self.send_held()?;
-        Ok(Enqueue { device: self })
+        Ok(Enqueue {
+            device: self,
+            queue: self.in_order.get(),
+        })
+    }
+
+    /// `queue`, or the hand-off's second queue where `second`.
+    pub(crate) fn queue_at(&self, second: bool) -> Result<Enqueue<'_>> {
+        if !second {
+            return self.queue();
+        }
+        self.send_held()?;
+        Ok(Enqueue {
+            device: self,
+            queue: self.second_queue()?.get(),
+        })
+    }
+
+    /// The hand-off's second queue, made with the first queue's properties.
+    pub(crate) fn second_queue(&self) -> Result<&CommandQueue> {
+        self.second
+            .get_or_init(|| {
+                let properties = if super::profile::any() {
+                    opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE
+                } else {
+                    0
+                };
+                // SAFETY: `cl` is a device of `context` (discovery made the
+                // context from it).
+                #[allow(deprecated)]
+                unsafe { CommandQueue::create(&self.context, self.cl.id(), properties) }
+                    .cl("clCreateCommandQueue")
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     pub(crate) fn count_enqueued(&self) {
@@ -303,6 +341,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             context,
             platform: pi,
             in_order: queue,
+            second: OnceLock::new(),
             batch_held: AtomicBool::new(false),
             enqueued: AtomicU64::new(0),
             drained: AtomicU64::new(0),

@@ -86,28 +86,7 @@ impl<'k> ArgBinder<'k> {
         if slots.is_empty() {
             slots.push(0);
         }
-        let mode = super::program::address_mode(device, self.kernel)?;
-        set_buffers(device, self.kernel, mode, 0, &self.mems, &self.written)?;
-        // SAFETY: `slots` is a live host array of slots.len() u64s, copied
-        // by OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
-        let buf = unsafe {
-            Buffer::<u64>::create(
-                &device.context,
-                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                slots.len(),
-                slots.as_mut_ptr() as *mut c_void,
-            )
-        }
-        .cl("clCreateBuffer")?;
-        let mem = buf.get();
-        // SAFETY: the last parameter, a buffer pointer.
-        unsafe { self.kernel.set_arg(self.mems.len() as u32, &mem) }.cl("clSetKernelArg")?;
-        Ok(Some(Packed {
-            params: buf,
-            mems: self.mems,
-            written: self.written,
-            slots,
-        }))
+        bind_packed(device, self.kernel, self.mems, self.written, slots).map(Some)
     }
     /// A scalar: its slots when packed, else the value as one argument.
     fn scalar<T>(&mut self, slots: &[u64], v: &T) -> Result<&mut Self> {
@@ -206,6 +185,39 @@ impl<'k> ArgBinder<'k> {
     }
 }
 
+/// Sets a packed kernel's arguments: its buffers (by address where its
+/// program takes them so), then the buffer of `slots`, made here.
+pub fn bind_packed(
+    device: &Device,
+    kernel: &Kernel,
+    mems: Vec<cl_mem>,
+    written: Vec<bool>,
+    mut slots: Vec<u64>,
+) -> Result<Packed> {
+    let mode = super::program::address_mode(device, kernel)?;
+    set_buffers(device, kernel, mode, 0, &mems, &written)?;
+    // SAFETY: `slots` is a live host array of slots.len() u64s, copied
+    // by OpenCL before create returns (CL_MEM_COPY_HOST_PTR).
+    let buf = unsafe {
+        Buffer::<u64>::create(
+            &device.context,
+            CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+            slots.len(),
+            slots.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .cl("clCreateBuffer")?;
+    let mem = buf.get();
+    // SAFETY: the last parameter, a buffer pointer.
+    unsafe { kernel.set_arg(mems.len() as u32, &mem) }.cl("clSetKernelArg")?;
+    Ok(Packed {
+        params: buf,
+        mems,
+        written,
+        slots,
+    })
+}
+
 /// Sets `kernel`'s parameters `first..` to `mems`: each a buffer argument,
 /// or its device address where `mode` passes it by address (a kernel built
 /// for `mode`, common.cl PK_SIG), by whether the kernel writes it.
@@ -262,6 +274,11 @@ impl Launch {
         self.enqueue_timed(device, false).map(|_| ())
     }
 
+    /// `enqueue`, on the hand-off's second queue where `second`.
+    pub fn enqueue_at(&self, device: &Device, second: bool) -> Result<()> {
+        self.enqueue_once_at(device, false, second).map(|_| ())
+    }
+
     /// `enqueue`, returning the first launch's profiling event when `timed`
     /// (or when `POLYCL_PROFILE=1` keeps every event, None: the profile holds it).
     pub fn enqueue_timed(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
@@ -294,6 +311,10 @@ impl Launch {
     }
 
     fn enqueue_once(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
+        self.enqueue_once_at(device, timed, false)
+    }
+
+    fn enqueue_once_at(&self, device: &Device, timed: bool, second: bool) -> Result<Option<Event>> {
         if self.is_empty() {
             return Ok(None);
         }
@@ -310,7 +331,7 @@ impl Launch {
             // name are kept alive by the plan that owns this launch.
             return unsafe {
                 enqueue_without_event(
-                    device.queue()?.get(),
+                    device.queue_at(second)?.get(),
                     self.kernel.get(),
                     self.dims,
                     self.global.as_ptr(),
@@ -323,7 +344,7 @@ impl Launch {
         // SAFETY: as above.
         let ev = unsafe {
             cq::enqueue_nd_range_kernel(
-                device.queue()?.get(),
+                device.queue_at(second)?.get(),
                 self.kernel.get(),
                 self.dims,
                 std::ptr::null(),

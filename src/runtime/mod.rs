@@ -8,6 +8,7 @@ pub mod buffer;
 pub mod counters;
 pub mod device;
 pub mod executor;
+pub mod handoff;
 pub mod peer;
 pub mod profile;
 pub mod program;

@@ -12,6 +12,9 @@ use std::sync::Arc;
 pub(crate) const COMMON: &str = include_str!("kernels/common.cl");
 const QUANT: &str = include_str!("kernels/quant.cl");
 const LIBM: &str = include_str!("kernels/libm.cl");
+/// The hand-off's frame (runtime/handoff.rs), for the programs whose
+/// kernels end in PK_END.
+pub(crate) const HANDOFF: &str = include_str!("kernels/handoff.cl");
 
 /// Every program: its name and the sources concatenated to build it.
 pub const PROGRAMS: &[(&str, &[&str])] = &[
@@ -43,6 +46,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "mul_mv",
         &[
             COMMON,
+            HANDOFF,
             include_str!("kernels/mul_mv.cl"),
             include_str!("kernels/mul_mv_norm.cl"),
         ],
@@ -51,13 +55,17 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "mul_mm_mma",
         &[COMMON, include_str!("kernels/mul_mm_mma.cl")],
     ),
-    ("fa_split", &[COMMON, include_str!("kernels/fa_split.cl")]),
+    (
+        "fa_split",
+        &[COMMON, HANDOFF, include_str!("kernels/fa_split.cl")],
+    ),
     ("fa_tile", &[COMMON, include_str!("kernels/fa_tile.cl")]),
     ("fa_mma", &[COMMON, include_str!("kernels/fa_mma.cl")]),
     (
         "fa_gqa",
         &[
             COMMON,
+            HANDOFF,
             "#define FA_HELPERS_ONLY 1",
             include_str!("kernels/fa_split.cl"),
             include_str!("kernels/fa_mma.cl"),
@@ -74,6 +82,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         &[
             "#define POLYCL_STEP 1",
             COMMON,
+            HANDOFF,
             include_str!("kernels/mul_mv.cl"),
             include_str!("kernels/mul_mv_norm.cl"),
             include_str!("kernels/fa_split.cl"),
@@ -84,6 +93,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "attn_oh",
         &[
             COMMON,
+            HANDOFF,
             include_str!("kernels/mul_mv.cl"),
             include_str!("kernels/mul_mv_norm.cl"),
             "#define FA_HELPERS_ONLY 1",
@@ -99,6 +109,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "group_rope",
         &[
             COMMON,
+            HANDOFF,
             include_str!("kernels/rope_store.cl"),
             include_str!("kernels/mul_mv.cl"),
             include_str!("kernels/group_rope.cl"),
@@ -256,19 +267,29 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
     if let Some(p) = device.programs.lock().get(name) {
         return Ok(p.clone());
     }
+    // A program's hand-off variant (runtime/handoff.rs) has its own name.
+    let (base, handoff) = match name.strip_suffix(super::handoff::VARIANT) {
+        Some(base) => (base, true),
+        None => (name, false),
+    };
     let sources = PROGRAMS
         .iter()
-        .find(|(n, _)| *n == name)
+        .find(|(n, _)| *n == base)
         .map(|(_, s)| *s)
         .ok_or_else(|| Error::Unsupported(format!("no kernel program named {name}")))?;
     let source: String = sources.join("\n");
-    let extra = if BY_ADDRESS.contains(&name) && super::addresses::on(device) {
+    let address = if BY_ADDRESS.contains(&base) && super::addresses::on(device) {
         "-DPOLYCL_ADDR=1"
     } else {
         ""
     };
+    let extra = if handoff {
+        format!("{address} {}", super::handoff::build_defines(device))
+    } else {
+        address.to_string()
+    };
     let t = std::time::Instant::now();
-    let built = Arc::new(build_source_with(device, name, &source, extra)?);
+    let built = Arc::new(build_source_with(device, base, &source, extra.trim())?);
     log::debug(&format!(
         "{}: built program {name} in {:?}",
         device.name,
@@ -281,8 +302,17 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
 /// build options of its program, so that a program built anywhere (a test's
 /// own, say) answers as well as the ones `program` builds.
 pub fn address_mode(device: &Device, kernel: &Kernel) -> Result<BufferAddresses> {
+    Ok(super::addresses::mode_of_options(&build_options(
+        device, kernel,
+    )?))
+}
+
+/// The build options of `kernel`'s program where they matter to its
+/// arguments (buffers by address, the hand-off's slots): empty on a device
+/// whose kernels take no buffer by address, where neither is built.
+pub fn build_options(device: &Device, kernel: &Kernel) -> Result<String> {
     if !super::addresses::on(device) {
-        return Ok(BufferAddresses::Off);
+        return Ok(String::new());
     }
     let program = kernel.program().cl("clGetKernelInfo")?;
     let options = opencl3::program::get_program_build_info(
@@ -291,7 +321,7 @@ pub fn address_mode(device: &Device, kernel: &Kernel) -> Result<BufferAddresses>
         opencl3::program::CL_PROGRAM_BUILD_OPTIONS,
     )
     .map_err(|status| Error::OpenCl("clGetProgramBuildInfo", status))?;
-    Ok(super::addresses::mode_of_options(&String::from(options)))
+    Ok(String::from(options))
 }
 
 /// A kernel object from program `program_name`.

@@ -125,6 +125,7 @@ fn source() -> String {
     }
     [
         super::program::COMMON,
+        super::program::HANDOFF,
         include_str!("kernels/rope_store.cl"),
         include_str!("kernels/mul_mv.cl"),
         include_str!("kernels/group_rope.cl"),

@@ -581,6 +581,7 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DK, DV, n_kv, row, dst,   \
                 dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, LPK, WG, KPW, \
                 DMAX, red, wstate, accs, last);                                             \
+    PK_END                                                                                  \
 }
 #define FV_KERNEL(NAME, SLOTS, PREFETCH, LPK)                                               \
     FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, FV_WG, FV_KB, FA_MAX_D)

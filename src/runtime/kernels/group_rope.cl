@@ -74,6 +74,7 @@ kernel void NAME(PK_SIG(MV_GROUP_ROPE_BUFS)) {                                  
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
+    PK_END                                                                                  \
 }
 
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0, GROUP_ROPE_EPILOGUE, )

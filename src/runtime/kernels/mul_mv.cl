@@ -329,6 +329,7 @@ kernel void NAME(PK_SIG(MV2_BUFS)) {                                            
         if (live0) store_f32(AT(dst, i01, i11, i12, i13), t0);                              \
         if (live1) store_f32(AT(dst, i01 + 1, i11, i12, i13), t1);                          \
     }                                                                                       \
+    PK_END                                                                                  \
 }
 
 MV2_KERNEL(kernel_mul_mv_q4_0, mv_row2_q4_0)
@@ -435,6 +436,7 @@ kernel void NAME(PK_SIG(MV_GROUP_BUFS)) {                                       
         if (live0) store_f32(d + r * 4, t0);                                                \
         if (live1) store_f32(d + (r + 1) * 4, t1);                                          \
     }                                                                                       \
+    PK_END                                                                                  \
 }
 
 MV_GROUP_KERNEL(kernel_mul_mv_group_q4_0, mv_row2_q4_0)
@@ -480,6 +482,7 @@ kernel void NAME(PK_SIG(MV_NORMED_BUFS)) {                                      
     __global float *po = (__global float *)(ro + ro_off);                                   \
     for (long e = get_global_id(0); e < dn_n; e += get_global_size(0))                      \
         po[e] = ps[e] * inv_rms * pw[e];                                                    \
+    PK_END                                                                                  \
 }
 
 MV_NORMED_KERNEL(kernel_mul_mv_normed_q4_0, mv_row2_q4_0)
@@ -558,6 +561,7 @@ kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                         
     if (has_q8 && lid < GLU_ROWS / 32) {                                                    \
         store_q8_1_block(ly + lid * 32, q8 + q8_off + (base / 32 + lid) * Q8_1_BLOCK);      \
     }                                                                                       \
+    PK_END                                                                                  \
 }
 
 MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS)

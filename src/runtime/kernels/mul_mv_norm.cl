@@ -111,7 +111,7 @@
     if (lid == MV_LANES) store_q8_1_block(ly, q8 + q8_off + get_group_id(0) * Q8_1_BLOCK);
 
 #define MV_NORM_KERNEL(NAME, ROWDOT2)                                                       \
-kernel void NAME(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(ROWDOT2, 1, 0) }
+kernel void NAME(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(ROWDOT2, 1, 0) PK_END }
 
 MV_NORM_KERNEL(kernel_mul_mv_norm_q4_0, mv_row2_q4_0)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q8_0, mv_row2_q8_0)
@@ -122,5 +122,7 @@ MV_NORM_KERNEL(kernel_mul_mv_norm_q6_k, mv_row2_q6_K)
 // not in the step program, whose phases are 512 wide at most.
 #ifndef POLYCL_STEP
 __attribute__((reqd_work_group_size(2 * MVN_WG, 1, 1)))
-kernel void kernel_mul_mv_norm2_q4_0(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(mv_row2_q4_0, 2, 18) }
+kernel void kernel_mul_mv_norm2_q4_0(PK_SIG(MV_NORM_BUFS)) {
+    MV_NORM_BODY(mv_row2_q4_0, 2, 18) PK_END
+}
 #endif

@@ -1,0 +1,383 @@
+//! The hand-off (`POLYCL_HANDOFF`, docs/perf.md step 63): a decode step's
+//! runs of decode kernels alternate between the device's queue and a second
+//! in-order queue, and each launch's work-groups wait at their top on an
+//! arrival counter that every work-group of the launch before increments
+//! after its last store (kernels/handoff.cl). The counters, not the
+//! queue, order the launches, so the GPU starts a launch's groups
+//! while the one before drains: on the H200 a launch costs ~5.5 us beyond
+//! its bytes, most of it ramp and drain (step 62), which the overlap probe
+//! (`scripts/probe/overlap.c`) took 23% off a 7B layer's chain.
+//!
+//! Why it cannot deadlock on the queues: with two queues alternating, launch
+//! i + 1 follows launch i - 1 on its queue, so only launches i and i + 1 are
+//! ever in flight together, and a waiting launch waits only on the one
+//! before it, which started first. A group that waits holds its place on the
+//! device; where the launch it waits for could not get places beside it, the
+//! wait gives up after a poll budget and counts itself at the failure word,
+//! which `Chains::failures` reads: a wrong result reported, not a hang.
+//!
+//! A chain runs an odd number of launches, so that its first and last run
+//! on the device's own queue: the first after everything enqueued before
+//! it, and everything enqueued after the last (the next graph compute, a
+//! read of the logits) after the whole chain, since the last launch waited
+//! for its predecessor's groups, which waited for theirs.
+
+use super::device::Device;
+use super::executor::Launch;
+use crate::config::Handoff;
+use crate::error::{ClContext, Result};
+use opencl3::command_queue as cq;
+use opencl3::event::Event;
+use opencl3::memory::{Buffer, ClMem};
+use parking_lot::Mutex;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Runs between two reads of the failure word where the hand-off runs on
+/// two queues: each read is one more command, and not waited for.
+const CHECK_EVERY: u64 = 64;
+
+/// Slots a kernel built for the hand-off reads before its own (handoff.cl
+/// HANDOFF_SLOTS).
+pub const SLOTS: usize = 4;
+
+/// The build option of a program whose packed kernels read those slots.
+pub const DEFINE: &str = "-DPOLYCL_HANDOFF=1";
+
+/// The name suffix of a program's hand-off variant (program.rs `program`):
+/// the same sources built with `DEFINE`. A chained launch's kernel comes
+/// from the variant; every other launch keeps the plain program, whose
+/// kernels have no frame at all (the frame's slots and branches alone cost
+/// the H200's 7B decode ~4%, docs/perf.md step 63).
+pub const VARIANT: &str = "+handoff";
+
+/// The packed kernels (program.rs `PACKED`) that may not be chained: their
+/// groups do not all reach `PK_END`, or their programs have no hand-off
+/// variant (`variant_of`).
+pub const NOT_CHAINED: &[&str] = &[
+    "kernel_fused_rms_norm",
+    "kernel_fused_rms_norm_wide",
+    "kernel_rope_store_f32",
+    "kernel_fa_split",
+    "kernel_fa_gqa_d64",
+    "kernel_fa_gqa_d128",
+];
+
+/// The hand-off `device` runs: `POLYCL_HANDOFF`, where the device can. Two
+/// queues need a device that runs kernels of two queues at once (an NVIDIA
+/// GPU here; elsewhere the serial form), and every form needs the counters'
+/// device addresses (runtime/addresses.rs). The step kernel, which runs the
+/// same kernels as phases of its own, excludes it.
+pub fn mode(device: &Device) -> Handoff {
+    let config = crate::config::get();
+    let concurrent = device.is_nvidia && device.is_gpu;
+    let asked = config.handoff.unwrap_or(if concurrent {
+        Handoff::On
+    } else {
+        Handoff::Off
+    });
+    if asked == Handoff::Off || config.step == Some(true) || !super::addresses::on(device) {
+        return Handoff::Off;
+    }
+    if asked == Handoff::On && !concurrent {
+        return Handoff::Serial;
+    }
+    asked
+}
+
+/// The build options of a hand-off variant on `device`.
+pub fn build_defines(device: &Device) -> String {
+    let sleep = crate::config::get().handoff_sleep_ns;
+    if sleep > 0 && device.nv_sm.is_none_or(|sm| sm >= 70) {
+        format!("{DEFINE} -DHANDOFF_SLEEP={sleep}")
+    } else {
+        DEFINE.to_string()
+    }
+}
+
+/// The hand-off variant of the program that holds kernel `name` (static
+/// names: program.rs caches programs by name).
+fn variant_of(name: &str) -> &'static str {
+    if name.starts_with("kernel_mul_mv_group_rope_") {
+        "group_rope+handoff"
+    } else if name.starts_with("kernel_fa_") {
+        "fa_split+handoff"
+    } else {
+        "mul_mv+handoff"
+    }
+}
+
+/// A plan's chains: which queue each launch goes to, and the counters.
+pub struct Chains {
+    /// For each launch of the plan, whether it goes to the second queue.
+    pub second: Vec<bool>,
+    /// Launches in chains.
+    pub chained: usize,
+    /// The serial form (one queue): each run's waits are checked after it.
+    pub serial: bool,
+    /// One counter a chained launch, then the failure word.
+    counters: Buffer<u32>,
+    failure_index: usize,
+    /// Runs so far, and the failure word's read in flight with the host
+    /// word it lands in (two queues: `check`).
+    runs: AtomicU64,
+    pending: Mutex<Option<(Event, Box<u32>)>>,
+}
+
+impl Drop for Chains {
+    fn drop(&mut self) {
+        // The read in flight writes into its box: let it land first.
+        if let Some((read, _)) = self.pending.get_mut().take() {
+            let _ = read.wait();
+        }
+    }
+}
+
+impl Chains {
+    /// Finds the chains of `launches` (maximal runs of launches that
+    /// `eligible` admits, each of an odd count of at least 3) and binds each
+    /// chained launch to its program's hand-off variant with its slots;
+    /// None where there is none or the device runs no hand-off.
+    pub fn build(
+        device: &Device,
+        launches: &mut [Launch],
+        eligible: impl Fn(usize) -> bool,
+    ) -> Result<Option<Chains>> {
+        let mode = mode(device);
+        if mode == Handoff::Off {
+            return Ok(None);
+        }
+        let candidate = |i: usize| eligible(i) && chainable(&launches[i]);
+        // Where a launch that another waits on is wider than the device
+        // holds at once, its later groups would find places held by the
+        // next launch's waiting ones (the 7B's Q/K/V launch, docs/perf.md
+        // step 63), and a chain broken there lets the second queue run two
+        // launches ahead: no hand-off for the plan. The last of a run (the
+        // lm head) has no waiter. The serial form holds no places.
+        let cus = device.cl.max_compute_units().unwrap_or(1).max(1) as usize;
+        let widest = crate::config::get().handoff_width.saturating_mul(cus);
+        let too_wide = (0..launches.len())
+            .filter(|&i| candidate(i) && i + 1 < launches.len() && candidate(i + 1))
+            .map(|i| work_items(&launches[i]))
+            .find(|&w| w > widest);
+        if let (Handoff::On, Some(w)) = (mode, too_wide) {
+            crate::log::debug(&format!(
+                "{}: no hand-off: a launch of {w} work-items, more than {widest} \
+                 (POLYCL_HANDOFF_WIDTH a compute unit)",
+                device.name
+            ));
+            return Ok(None);
+        }
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < launches.len() {
+            if !candidate(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < launches.len() && candidate(i) {
+                i += 1;
+            }
+            // Odd, so that the last runs on the device's queue.
+            let start = if (i - start) % 2 == 0 {
+                start + 1
+            } else {
+                start
+            };
+            if i - start >= 3 {
+                runs.push(start..i);
+            }
+        }
+        let chained: usize = runs.iter().map(|r| r.len()).sum();
+        if chained == 0 {
+            return Ok(None);
+        }
+        let mut zeros = vec![0u32; chained + 1];
+        let counters = super::step::upload(device, &mut zeros)?;
+        let base = super::addresses::resolve(device, &[counters.get()])?[0];
+        let failure = base + 4 * chained as u64;
+        let mut second = vec![false; launches.len()];
+        let mut k = 0u64;
+        for run in &runs {
+            for (p, i) in run.clone().enumerate() {
+                let wait = if p == 0 { 0 } else { base + 4 * (k - 1) };
+                let want = if p == 0 { 0 } else { groups(&launches[i - 1]) };
+                let rewind_own = u64::from(p + 1 == run.len()) << 32;
+                let slots = [wait, want | rewind_own, base + 4 * k, failure];
+                rebind(device, &mut launches[i], slots)?;
+                second[i] = p % 2 == 1;
+                k += 1;
+            }
+        }
+        crate::log::debug(&format!(
+            "{}: hand-off ({mode:?}): {chained} of {} launches in {} chains",
+            device.name,
+            launches.len(),
+            runs.len()
+        ));
+        let serial = mode == Handoff::Serial;
+        if serial {
+            second.fill(false);
+        }
+        Ok(Some(Chains {
+            second,
+            chained,
+            serial,
+            counters,
+            failure_index: chained,
+            runs: AtomicU64::new(0),
+            pending: Mutex::new(None),
+        }))
+    }
+
+    /// An error if a wait of the runs so far gave up, after which the
+    /// counters start again from zero. The serial form (tests; on one queue
+    /// no wait can give up but through a kernel that never arrived) reads
+    /// the failure word after every run, waiting; on two queues every
+    /// CHECK_EVERY-th run reads it without waiting and a later run looks at
+    /// what came back, so a wait that gave up (a launch that could not get
+    /// places beside the one waiting for it) fails a compute soon after.
+    pub fn check(&self, device: &Device) -> Result<()> {
+        let failed = if self.serial {
+            self.failures(device)?
+        } else {
+            if !self
+                .runs
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(CHECK_EVERY)
+            {
+                return Ok(());
+            }
+            let mut pending = self.pending.lock();
+            let mut failed = 0;
+            if let Some((read, word)) = pending.as_ref() {
+                let status = read.command_execution_status().map(|s| s.0);
+                if status != Ok(opencl3::event::CL_COMPLETE) {
+                    return Ok(());
+                }
+                failed = **word;
+                *pending = None;
+            }
+            if failed == 0 {
+                *pending = Some(self.read_failures(device)?);
+            }
+            failed
+        };
+        if failed == 0 {
+            return Ok(());
+        }
+        let mut zeros = vec![0u32; self.failure_index + 1];
+        write_blocking(device, self.counters.get(), &mut zeros)?;
+        Err(crate::error::Error::Unsupported(format!(
+            "{}: {failed} hand-off waits gave up on the launch before theirs (its results are \
+             wrong; POLYCL_HANDOFF=0 turns the hand-off off)",
+            device.name
+        )))
+    }
+
+    /// Enqueues a read of the failure word into a box, not waited for.
+    fn read_failures(&self, device: &Device) -> Result<(Event, Box<u32>)> {
+        let mut word = Box::new(0u32);
+        // SAFETY: the box outlives the read: it is kept with the read's
+        // event, dropped only once the event is complete (`check`, Drop).
+        let ev = unsafe {
+            cq::enqueue_read_buffer(
+                device.queue()?.get(),
+                self.counters.get(),
+                opencl3::types::CL_NON_BLOCKING,
+                4 * self.failure_index,
+                4,
+                &mut *word as *mut u32 as *mut c_void,
+                0,
+                std::ptr::null(),
+            )
+        }
+        .map_err(|s| crate::error::Error::OpenCl("clEnqueueReadBuffer", s))?;
+        Ok((Event::new(ev), word))
+    }
+
+    /// Waits that gave up so far (blocking: tests and diagnostics).
+    pub fn failures(&self, device: &Device) -> Result<u32> {
+        let mut word = [0u32];
+        // SAFETY: `word` is a live host array of one u32 and the read is
+        // blocking, so OpenCL is done with it when this returns.
+        let ev = unsafe {
+            cq::enqueue_read_buffer(
+                device.queue()?.get(),
+                self.counters.get(),
+                opencl3::types::CL_BLOCKING,
+                4 * self.failure_index,
+                4,
+                word.as_mut_ptr() as *mut c_void,
+                0,
+                std::ptr::null(),
+            )
+        };
+        super::buffer::finish_event(ev, "clEnqueueReadBuffer")?;
+        Ok(word[0])
+    }
+}
+
+/// Whether `l` may be chained: a packed kernel outside `NOT_CHAINED` (so its
+/// program has a hand-off variant), at a fixed work-group size (its groups
+/// are counted from its grid).
+fn chainable(l: &Launch) -> bool {
+    l.packed.is_some()
+        && !l.is_empty()
+        && l.local.is_some()
+        && l.kernel.function_name().is_ok_and(|n| {
+            super::program::PACKED.contains(&n.as_str()) && !NOT_CHAINED.contains(&n.as_str())
+        })
+}
+
+/// Work-items of a launch.
+fn work_items(l: &Launch) -> usize {
+    l.global[..l.dims as usize].iter().product()
+}
+
+/// Work-groups of a launch with a fixed work-group size.
+fn groups(l: &Launch) -> u64 {
+    let local = l.local.unwrap_or([1, 1, 1]);
+    (0..l.dims as usize)
+        .map(|d| l.global[d].div_ceil(local[d].max(1)) as u64)
+        .product()
+}
+
+/// Writes `data` at the start of `mem`, waiting.
+fn write_blocking(device: &Device, mem: opencl3::types::cl_mem, data: &mut [u32]) -> Result<()> {
+    // SAFETY: `data` is a live host array within `mem`'s size (the caller's
+    // counters) and the write is blocking.
+    let ev = unsafe {
+        cq::enqueue_write_buffer(
+            device.queue()?.get(),
+            mem,
+            opencl3::types::CL_BLOCKING,
+            0,
+            std::mem::size_of_val(data),
+            data.as_ptr() as *const c_void,
+            0,
+            std::ptr::null(),
+        )
+    };
+    super::buffer::finish_event(ev, "clEnqueueWriteBuffer")
+}
+
+/// Puts `l`'s kernel from its program's hand-off variant, its slots
+/// behind the hand-off's `slots`, and binds it again.
+fn rebind(device: &Device, l: &mut Launch, slots: [u64; SLOTS]) -> Result<()> {
+    let name = l.kernel.function_name().cl("clGetKernelInfo")?;
+    let kernel = super::program::kernel(device, variant_of(&name), &name)?;
+    let packed = l.packed.take().expect("chainable launches are packed");
+    let mut all = slots.to_vec();
+    all.extend_from_slice(&packed.slots);
+    l.packed = Some(super::executor::bind_packed(
+        device,
+        &kernel,
+        packed.mems,
+        packed.written,
+        all,
+    )?);
+    l.kernel = kernel;
+    Ok(())
+}
