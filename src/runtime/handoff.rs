@@ -67,15 +67,18 @@ pub const NOT_CHAINED: &[&str] = &[
 /// queues need a device that runs kernels of two queues at once (an NVIDIA
 /// GPU here; elsewhere the serial form), and every form needs the counters'
 /// device addresses (runtime/addresses.rs). The step kernel, which runs the
-/// same kernels as phases of its own, excludes it.
+/// same kernels as phases of its own, excludes it. Unasked, it is on only
+/// where measured (compute capability 9.0 and later: the H200): the width
+/// rule (`Chains::build`) reckons a compute unit's places as Hopper's, and
+/// a GPU with fewer would give up waits, which costs wrong tokens until
+/// `check` reports them.
 pub fn mode(device: &Device) -> Handoff {
     let config = crate::config::get();
     let concurrent = device.is_nvidia && device.is_gpu;
-    let asked = config.handoff.unwrap_or(if concurrent {
-        Handoff::On
-    } else {
-        Handoff::Off
-    });
+    let measured = concurrent && device.nv_sm.is_some_and(|sm| sm >= 90);
+    let asked = config
+        .handoff
+        .unwrap_or(if measured { Handoff::On } else { Handoff::Off });
     if asked == Handoff::Off || config.step == Some(true) || !super::addresses::on(device) {
         return Handoff::Off;
     }
