@@ -371,7 +371,11 @@ fn write_blocking(device: &Device, mem: opencl3::types::cl_mem, data: &mut [u32]
 fn rebind(device: &Device, l: &mut Launch, slots: [u64; SLOTS]) -> Result<()> {
     let name = l.kernel.function_name().cl("clGetKernelInfo")?;
     let kernel = super::program::kernel(device, variant_of(&name), &name)?;
-    let packed = l.packed.take().expect("chainable launches are packed");
+    let Some(packed) = l.packed.take() else {
+        return Err(crate::error::Error::Unsupported(format!(
+            "{name}: a chained launch without packed slots"
+        )));
+    };
     let mut all = slots.to_vec();
     all.extend_from_slice(&packed.slots);
     l.packed = Some(super::executor::bind_packed(

@@ -302,17 +302,8 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
 /// build options of its program, so that a program built anywhere (a test's
 /// own, say) answers as well as the ones `program` builds.
 pub fn address_mode(device: &Device, kernel: &Kernel) -> Result<BufferAddresses> {
-    Ok(super::addresses::mode_of_options(&build_options(
-        device, kernel,
-    )?))
-}
-
-/// The build options of `kernel`'s program where they matter to its
-/// arguments (buffers by address, the hand-off's slots): empty on a device
-/// whose kernels take no buffer by address, where neither is built.
-pub fn build_options(device: &Device, kernel: &Kernel) -> Result<String> {
     if !super::addresses::on(device) {
-        return Ok(String::new());
+        return Ok(BufferAddresses::Off);
     }
     let program = kernel.program().cl("clGetKernelInfo")?;
     let options = opencl3::program::get_program_build_info(
@@ -321,7 +312,7 @@ pub fn build_options(device: &Device, kernel: &Kernel) -> Result<String> {
         opencl3::program::CL_PROGRAM_BUILD_OPTIONS,
     )
     .map_err(|status| Error::OpenCl("clGetProgramBuildInfo", status))?;
-    Ok(String::from(options))
+    Ok(super::addresses::mode_of_options(&String::from(options)))
 }
 
 /// A kernel object from program `program_name`.
