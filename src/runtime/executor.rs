@@ -276,16 +276,25 @@ impl Launch {
 
     /// `enqueue`, on the hand-off's second queue where `second`.
     pub fn enqueue_at(&self, device: &Device, second: bool) -> Result<()> {
-        self.enqueue_once_at(device, false, second).map(|_| ())
+        self.enqueue_timed_at(device, false, second).map(|_| ())
     }
 
     /// `enqueue`, returning the first launch's profiling event when `timed`
     /// (or when `POLYCL_PROFILE=1` keeps every event, None: the profile holds it).
     pub fn enqueue_timed(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
-        let ev = self.enqueue_once(device, timed)?;
+        self.enqueue_timed_at(device, timed, false)
+    }
+
+    fn enqueue_timed_at(
+        &self,
+        device: &Device,
+        timed: bool,
+        second: bool,
+    ) -> Result<Option<Event>> {
+        let ev = self.enqueue_once_at(device, timed, second)?;
         if let Some(twice) = &crate::config::get().profile_twice {
             if self.kernel.function_name().is_ok_and(|n| &n == twice) {
-                self.enqueue_once(device, false)?;
+                self.enqueue_once_at(device, false, second)?;
             }
         }
         Ok(ev)
@@ -308,10 +317,6 @@ impl Launch {
             },
             (e, _) => e,
         }
-    }
-
-    fn enqueue_once(&self, device: &Device, timed: bool) -> Result<Option<Event>> {
-        self.enqueue_once_at(device, timed, false)
     }
 
     fn enqueue_once_at(&self, device: &Device, timed: bool, second: bool) -> Result<Option<Event>> {

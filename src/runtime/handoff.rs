@@ -67,7 +67,8 @@ pub const NOT_CHAINED: &[&str] = &[
 /// queues need a device that runs kernels of two queues at once (an NVIDIA
 /// GPU here; elsewhere the serial form), and every form needs the counters'
 /// device addresses (runtime/addresses.rs). The step kernel, which runs the
-/// same kernels as phases of its own, excludes it. Unasked, it is on only
+/// same kernels as phases of its own, excludes it, as does a kernel
+/// launched twice for timing. Unasked, it is on only
 /// where measured (compute capability 9.0 and later: the H200): the width
 /// rule (`Chains::build`) reckons a compute unit's places as Hopper's, and
 /// a GPU with fewer would give up waits, which costs wrong tokens until
@@ -79,7 +80,13 @@ pub fn mode(device: &Device) -> Handoff {
     let asked = config
         .handoff
         .unwrap_or(if measured { Handoff::On } else { Handoff::Off });
-    if asked == Handoff::Off || config.step == Some(true) || !super::addresses::on(device) {
+    // A kernel launched twice for timing (`POLYCL_PROFILE_TWICE`) would
+    // arrive twice at its counter.
+    if asked == Handoff::Off
+        || config.step == Some(true)
+        || config.profile_twice.is_some()
+        || !super::addresses::on(device)
+    {
         return Handoff::Off;
     }
     if asked == Handoff::On && !concurrent {
