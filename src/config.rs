@@ -35,7 +35,7 @@
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
 //! | `POLYCL_STEP_MAXRREG` | 32 to 255 | NVIDIA: cap the step kernel's registers per work-item (`-cl-nv-maxrregcount`), so more of its work-groups fit on a compute unit (default: no cap) |
 //! | `POLYCL_STEP_MAX_MB` | 0 to 65536 | a kernel joins a step launch only if its weights take at most this many MiB (default 8): large matvecs run faster as launches of their own |
-//! | `POLYCL_PROFILE` | `0`, `1` or `span` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events, and each kernel's cost in the launch chain (the next launch's start minus its own), which events on every launch make the host slower to feed (drains the queue after every compute: for finding where time goes, not for speed figures); `span`: events on each compute's first and last launch only, nothing drained, and one line a compute (at the next one) with the host's enqueue time, how long the first kernel waited to start, the GPU's span from the first kernel's start to the last one's end, and how long the GPU sat idle since the compute before: where a token's time goes between the host and the device |
+//! | `POLYCL_PROFILE` | `0`, `1`, `span` or `groups` | `1`: log each graph compute's GPU time per kernel from OpenCL profiling events, and each kernel's cost in the launch chain (the next launch's start minus its own), which events on every launch make the host slower to feed (drains the queue after every compute: for finding where time goes, not for speed figures); `span`: events on each compute's first and last launch only, nothing drained, and one line a compute (at the next one) with the host's enqueue time, how long the first kernel waited to start, the GPU's span from the first kernel's start to the last one's end, and how long the GPU sat idle since the compute before: where a token's time goes between the host and the device; `groups` (NVIDIA, buffers by address): each decode kernel's work-groups timed by the GPU's own clock, the queue drained after every compute, and lines a compute of each launch's gap to the one before, its waves, its tail, its groups' run and hand-off wait (runtime/trace.rs) |
 //! | `POLYCL_PROFILE_TWICE` | a kernel name, e.g. `kernel_mul_mv_q4_0` | benchmarks only: launch every launch of that kernel twice, so the difference in a benchmark's time is what the kernel costs inside the real launch chain (profiling events overstate short kernels by ~5 us on the H200, docs/perf.md step 15); the results are wrong |
 //! | `POLYCL_Q8_CACHE` | `0`, `1` or `2` | graph-scoped Q8_1 activation cache: `0` off, `1` on (default), `2` on and hit/miss counters logged once per graph compute |
 //! | `POLYCL_FAULT` | comma list of `panic:ENTRY`, `alloc`, `build`, `queue`, each optionally `@N` | tests only: make the N-th such event fail once (see `fault.rs`) |
@@ -176,6 +176,8 @@ pub enum Profile {
     Kernels,
     /// Events on each compute's first and last launch only.
     Span,
+    /// Every decode work-group's start and end (runtime/trace.rs).
+    Groups,
 }
 
 impl Config {
@@ -608,8 +610,9 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             "0" => c.profile = Profile::Off,
             "1" => c.profile = Profile::Kernels,
             "span" => c.profile = Profile::Span,
+            "groups" => c.profile = Profile::Groups,
             _ => c.problems.push(format!(
-                "POLYCL_PROFILE={v:?}: expected 0, 1 or span; not profiling"
+                "POLYCL_PROFILE={v:?}: expected 0, 1, span or groups; not profiling"
             )),
         }
     }
@@ -720,6 +723,10 @@ mod tests {
         assert_eq!(with(&[]).profile, Profile::Off);
         assert_eq!(with(&[("POLYCL_PROFILE", "1")]).profile, Profile::Kernels);
         assert_eq!(with(&[("POLYCL_PROFILE", " span ")]).profile, Profile::Span);
+        assert_eq!(
+            with(&[("POLYCL_PROFILE", "groups")]).profile,
+            Profile::Groups
+        );
         let c = with(&[("POLYCL_PROFILE", "all")]);
         assert_eq!(c.profile, Profile::Off);
         assert!(c.problems[0].contains("POLYCL_PROFILE"));

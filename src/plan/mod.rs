@@ -310,6 +310,10 @@ impl Plan {
             self.device.synchronize()?;
             crate::runtime::profile::report(&self.device.name);
         }
+        if crate::runtime::trace::on() {
+            self.device.synchronize()?;
+            crate::runtime::trace::report(&self.device)?;
+        }
         if let Some(((t0, n0), gap)) = span {
             let this = first.map(|(first, first_enqueued)| crate::runtime::profile::Span {
                 first,

@@ -67,6 +67,9 @@ pub struct Device {
     /// Reads in flight that do not wait, and their pinned staging
     /// (get_tensor_async, readback.rs).
     pub(crate) readbacks: Mutex<super::readback::Readbacks>,
+    /// The group trace's buffer (`POLYCL_PROFILE=groups`, trace.rs), made
+    /// at its first use; None where the device cannot trace.
+    pub(crate) trace: OnceLock<Option<super::trace::Trace>>,
 }
 
 /// A device's queue lent for one enqueue (`Device::queue`); the command is
@@ -352,6 +355,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             addresses: OnceLock::new(),
             uploads: Mutex::new(Default::default()),
             readbacks: Mutex::new(Default::default()),
+            trace: OnceLock::new(),
         };
         log::info(&format!(
             "{}: {} ({}, {} MiB, max buffer {} MiB)",

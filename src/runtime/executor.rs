@@ -330,6 +330,12 @@ impl Launch {
         let local = self.local.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         super::counters::launched(self.kind);
+        if super::trace::on() {
+            if let Some(p) = &self.packed {
+                let name = self.kernel.function_name().unwrap_or_default();
+                super::trace::record_launch(name, p.params.get());
+            }
+        }
         let every = super::profile::per_kernel();
         if !every && !timed {
             // SAFETY: every argument was bound at plan time and the buffers they

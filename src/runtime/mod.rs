@@ -15,6 +15,7 @@ pub mod program;
 pub mod quant;
 pub mod readback;
 pub mod step;
+pub mod trace;
 pub mod upload;
 
 pub use buffer::{DeviceBuffer, BUFFER_ALIGNMENT};

@@ -36,7 +36,10 @@ pub fn span() -> bool {
 
 /// Whether queues record profiling times at all.
 pub fn any() -> bool {
-    crate::config::get().profile != Profile::Off
+    matches!(
+        crate::config::get().profile,
+        Profile::Kernels | Profile::Span
+    )
 }
 
 /// What the host did between two computes (`POLYCL_PROFILE=span`): the

@@ -12,9 +12,14 @@ use std::sync::Arc;
 pub(crate) const COMMON: &str = include_str!("kernels/common.cl");
 const QUANT: &str = include_str!("kernels/quant.cl");
 const LIBM: &str = include_str!("kernels/libm.cl");
-/// The hand-off's frame (runtime/handoff.rs), for the programs whose
-/// kernels end in PK_END.
-pub(crate) const HANDOFF: &str = include_str!("kernels/handoff.cl");
+/// The packed kernels' frame for the programs whose kernels end in PK_END:
+/// the hand-off's (runtime/handoff.rs), then the group trace's
+/// (runtime/trace.rs), which wraps it.
+pub(crate) const HANDOFF: &str = concat!(
+    include_str!("kernels/handoff.cl"),
+    "\n",
+    include_str!("kernels/trace.cl")
+);
 
 /// Every program: its name and the sources concatenated to build it.
 pub const PROGRAMS: &[(&str, &[&str])] = &[
@@ -238,8 +243,13 @@ pub fn build_source_with(
     } else {
         format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
     };
-    if let Some(cached) = super::binary_cache::load(device, source, &options) {
-        return Ok(cached);
+    // A traced build holds this run's trace address (runtime/trace.rs).
+    let cached = !options.contains("POLYCL_TRACE_AT");
+    if let Some(p) = cached
+        .then(|| super::binary_cache::load(device, source, &options))
+        .flatten()
+    {
+        return Ok(p);
     }
     if let Err(e) = program.build(&[device.cl.id()], &options) {
         let log = program.get_build_log(device.cl.id()).unwrap_or_default();
@@ -252,7 +262,9 @@ pub fn build_source_with(
             },
         });
     }
-    super::binary_cache::store(device, source, &options, &program);
+    if cached {
+        super::binary_cache::store(device, source, &options, &program);
+    }
     Ok(program)
 }
 
@@ -283,11 +295,21 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
     } else {
         ""
     };
-    let extra = if handoff {
-        format!("{address} {}", super::handoff::build_defines(device))
+    let traced = if sources.contains(&HANDOFF) {
+        super::trace::build_defines(device)
     } else {
-        address.to_string()
+        String::new()
     };
+    let handoff = if handoff {
+        super::handoff::build_defines(device)
+    } else {
+        String::new()
+    };
+    let extra = [address, &traced, &handoff]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     let t = std::time::Instant::now();
     let built = Arc::new(build_source_with(device, base, &source, extra.trim())?);
     log::debug(&format!(
