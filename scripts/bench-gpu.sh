@@ -32,6 +32,8 @@
 #                                            # each llama-bench run bounded by DEPTH_TIMEOUT (150 s)
 #   CUDA=OFF stage=depthprof bash scripts/bench-gpu.sh  # polycl alone: a DEPTH-token prompt's time
 #                                            # and a decode step's GPU time per kernel after it
+#   CUDA=OFF stage=groups bash scripts/bench-gpu.sh  # polycl alone: each decode launch's work-groups
+#                                            # on the GPU's clock: gaps, waves, tails (AB_MODELS, step 64)
 #   CUDA=OFF stage=span bash scripts/bench-gpu.sh  # polycl alone: a decode token's GPU span, the GPU's
 #                                            # idle time between tokens and the host's part of it
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
@@ -322,6 +324,18 @@ PY
   done
 }
 
+groups() { # polycl alone: each decode launch's work-groups on the GPU's clock (POLYCL_PROFILE=groups,
+  # docs/perf.md step 64) for each AB_MODELS model ($LIB; VAR=value arguments passed on): the last
+  # compute of llama-bench tg16 fa1, its sums by kernel and its first launches one by one
+  local m
+  for m in $AB_MODELS; do
+    echo "== $m $*"
+    env GGML_BACKEND_PATH=$LIB POLYCL_PROFILE=groups POLYCL_LOG=1 "$@" timeout 300 "$BIN/llama-bench" \
+      -m "$W/$m.gguf" -dev POLYCL0 -ngl 99 -fa 1 -p 0 -n 16 -r 1 -v 2>&1 |
+      grep -E "groups:|no group trace|rror" | tail -n 13 | sed 's/^.*groups: //'
+  done
+}
+
 sweep() { # SWEEP_VAR over SWEEP_VALUES on $LIB, the whole list twice, measured by SWEEP_MEASURE
   # (tg_fa1, default, or tg_depth: tg64 after each of DEPTHS cached positions)
   local var=${SWEEP_VAR:?stage=sweep needs SWEEP_VAR} measure=${SWEEP_MEASURE:-tg_fa1} m v round
@@ -395,7 +409,7 @@ case ${stage:-bench} in
     cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
       -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
       "$W/$PROBE" ${PROBE_ARGS:-} ;;
-  ab | abdepth | sweep | span) # the host built where missing, beside the models
+  ab | abdepth | sweep | span | groups) # the host built where missing, beside the models
     host_ready || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
