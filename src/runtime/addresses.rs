@@ -141,12 +141,18 @@ pub fn resolve(device: &Device, mems: &[cl_mem]) -> Result<Vec<u64>> {
     let mut addresses = vec![0u64; mems.len()];
     let slots = super::step::upload(device, &mut addresses)?;
     enqueue_writes(device, &p.kernel.lock(), slots.get(), mems)?;
-    read_blocking(device, slots.get(), &mut addresses)?;
+    read_blocking(device, slots.get(), 0, &mut addresses)?;
     Ok(addresses)
 }
 
-/// Reads `out.len()` values from the start of `mem`, waiting for them.
-fn read_blocking<T>(device: &Device, mem: cl_mem, out: &mut [T]) -> Result<()> {
+/// Reads `out.len()` values from byte `offset` of `mem`, waiting for them
+/// (the caller's range lies inside `mem`).
+pub(crate) fn read_blocking<T>(
+    device: &Device,
+    mem: cl_mem,
+    offset: usize,
+    out: &mut [T],
+) -> Result<()> {
     // SAFETY: `out` is a live host array of out.len() values and the read is
     // blocking, so OpenCL is done with it when this returns.
     let ev = unsafe {
@@ -154,7 +160,7 @@ fn read_blocking<T>(device: &Device, mem: cl_mem, out: &mut [T]) -> Result<()> {
             device.queue()?.get(),
             mem,
             opencl3::types::CL_BLOCKING,
-            0,
+            offset,
             std::mem::size_of_val(out),
             out.as_mut_ptr() as *mut c_void,
             0,
@@ -220,7 +226,7 @@ fn check(device: &Device) -> Result<Kernel> {
     let mut addresses = [0u64; 2];
     let slots = super::step::upload(device, &mut addresses)?;
     enqueue_writes(device, &patch, slots.get(), &[src_buf.get(), dst_buf.get()])?;
-    read_blocking(device, slots.get(), &mut addresses)?;
+    read_blocking(device, slots.get(), 0, &mut addresses)?;
     // SAFETY: kernel_address_check's parameters are two ulongs.
     unsafe {
         copy.set_arg(0, &addresses[0]).cl("clSetKernelArg")?;
@@ -239,7 +245,7 @@ fn check(device: &Device) -> Result<Kernel> {
         )?;
     }
     let mut out = vec![0f32; N];
-    read_blocking(device, dst_buf.get(), &mut out)?;
+    read_blocking(device, dst_buf.get(), 0, &mut out)?;
     let wrong = (0..N).filter(|&i| out[i] != 2.0 * i as f32 + 1.0).count();
     if wrong > 0 {
         return Err(Error::Unsupported(format!(

@@ -311,7 +311,7 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
         .collect::<Vec<_>>()
         .join(" ");
     let t = std::time::Instant::now();
-    let built = Arc::new(build_source_with(device, base, &source, extra.trim())?);
+    let built = Arc::new(build_source_with(device, base, &source, &extra)?);
     log::debug(&format!(
         "{}: built program {name} in {:?}",
         device.name,

@@ -110,25 +110,6 @@ impl Trace {
         };
         super::buffer::finish_event(ev, "clEnqueueWriteBuffer")
     }
-
-    /// Reads `out.len()` bytes from `offset`, waiting for them.
-    fn read(&self, device: &Device, offset: usize, out: &mut [u8]) -> Result<()> {
-        // SAFETY: a blocking read into a live slice, inside the buffer
-        // (`report` reads at most CAPACITY records after the header).
-        let ev = unsafe {
-            cq::enqueue_read_buffer(
-                device.queue()?.get(),
-                self.buffer.get(),
-                CL_BLOCKING,
-                offset,
-                out.len(),
-                out.as_mut_ptr() as *mut c_void,
-                0,
-                ptr::null(),
-            )
-        };
-        super::buffer::finish_event(ev, "clEnqueueReadBuffer")
-    }
 }
 
 /// The build options of a traced program for `device` (empty where it is
@@ -208,12 +189,13 @@ pub fn report(device: &Device) -> Result<()> {
         return Ok(());
     };
     let mut head = [0u8; 4];
-    t.read(device, 0, &mut head)?;
+    super::addresses::read_blocking(device, t.buffer.get(), 0, &mut head)?;
     let written = u32::from_ne_bytes(head) as usize;
     let kept = written.min(CAPACITY);
     let mut raw = vec![0u8; kept * RECORD];
     if kept > 0 {
-        t.read(device, RECORD, &mut raw)?;
+        // Inside the buffer: at most CAPACITY records after the header.
+        super::addresses::read_blocking(device, t.buffer.get(), RECORD, &mut raw)?;
     }
     t.rewind(device)?;
     // The slots' addresses name the launches.

@@ -69,9 +69,12 @@ inline void handoff_arrive(__global const ulong *pk) {
         }
     }
 }
+// The frame's two halves, which trace.cl wraps in its clock reads.
+#define HANDOFF_BEGIN int pk_i = HANDOFF_SLOTS; handoff_wait(pk);
+#define HANDOFF_END handoff_arrive(pk);
 #undef PK_BEGIN
-#define PK_BEGIN int pk_i = HANDOFF_SLOTS; handoff_wait(pk);
-#define PK_END handoff_arrive(pk);
+#define PK_BEGIN HANDOFF_BEGIN
+#define PK_END HANDOFF_END
 #else
 #define PK_END
 #endif

@@ -43,10 +43,9 @@ inline void trace_group(__global const ulong *pk, ulong t0, ulong t1) {
 #ifdef HANDOFF_SLOTS
 #define PK_BEGIN                                                                            \
     const ulong trace_t0 = trace_clock();                                                   \
-    int pk_i = HANDOFF_SLOTS;                                                               \
-    handoff_wait(pk);                                                                       \
+    HANDOFF_BEGIN                                                                           \
     const ulong trace_t1 = trace_clock();
-#define PK_END handoff_arrive(pk); trace_group(pk, trace_t0, trace_t1);
+#define PK_END HANDOFF_END trace_group(pk, trace_t0, trace_t1);
 #else
 #define PK_BEGIN                                                                            \
     const ulong trace_t0 = trace_clock();                                                   \
