@@ -39,6 +39,7 @@
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
+#                                            # (or $PROBE.cu with nvcc: PROBE=kernel-gap-cuda)
 #                                            # (with PROBE_ARGS)
 #   (AB_MODELS: model names m<7|1|tiny|wide>-<type>, made by make-model-raw.py when missing;
 #   default "m7-q4_0 m1-q4_0 m7-q8_0")
@@ -406,9 +407,13 @@ case ${stage:-bench} in
   regs) regs ;;
   tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
   probe)
-    cc -O2 "scripts/probe/${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c}.c" \
-      -o "$W/$PROBE" -I/tmp/o/usr/include -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm &&
-      "$W/$PROBE" ${PROBE_ARGS:-} ;;
+    : "${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c or .cu}"
+    if [[ -f scripts/probe/$PROBE.cu ]]; then # a CUDA peer of an OpenCL probe
+      "${NVCC:-/usr/local/cuda/bin/nvcc}" -O2 -arch=sm_90 "scripts/probe/$PROBE.cu" -o "$W/$PROBE"
+    else
+      cc -O2 "scripts/probe/$PROBE.c" -o "$W/$PROBE" -I/tmp/o/usr/include \
+        -L/tmp/o/usr/lib/x86_64-linux-gnu -lOpenCL -lm
+    fi && "$W/$PROBE" ${PROBE_ARGS:-} ;;
   ab | abdepth | sweep | span | groups) # the host built where missing, beside the models
     host_ready || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
