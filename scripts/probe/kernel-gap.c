@@ -1,5 +1,5 @@
 // The GPU's own time between dependent kernels on one in-order queue, with the
-// host out of the way: a ~1 ms spin kernel first, during which the host enqueues
+// host out of the way: a 3 ms spin kernel first, during which the host enqueues
 // K more, so they run back to back on the GPU. Per case: (host time of spin + K
 // kernels - spin alone) / K, medians of 30 rounds, us a kernel. Cases change
 // one thing at a time: groups, arguments, local memory (alternating sizes, which
