@@ -170,6 +170,26 @@ pub(crate) fn read_blocking<T>(
     super::buffer::finish_event(ev, "clEnqueueReadBuffer")
 }
 
+/// Writes `data` at the start of `mem`, waiting (the caller's range lies
+/// inside `mem`).
+pub(crate) fn write_blocking<T>(device: &Device, mem: cl_mem, data: &[T]) -> Result<()> {
+    // SAFETY: `data` is a live host array within `mem`'s size and the write
+    // is blocking, so OpenCL is done with it when this returns.
+    let ev = unsafe {
+        cq::enqueue_write_buffer(
+            device.queue()?.get(),
+            mem,
+            opencl3::types::CL_BLOCKING,
+            0,
+            std::mem::size_of_val(data),
+            data.as_ptr() as *const c_void,
+            0,
+            std::ptr::null(),
+        )
+    };
+    super::buffer::finish_event(ev, "clEnqueueWriteBuffer")
+}
+
 /// Enqueues the patcher: pk[i] = the address of mems[i].
 fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem]) -> Result<()> {
     for (chunk, ms) in mems.chunks(PER_LAUNCH).enumerate() {

@@ -277,8 +277,8 @@ impl Chains {
         if failed == 0 {
             return Ok(());
         }
-        let mut zeros = vec![0u32; self.failure_index + 1];
-        write_blocking(device, self.counters.get(), &mut zeros)?;
+        let zeros = vec![0u32; self.failure_index + 1];
+        super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
         Err(crate::error::Error::Unsupported(format!(
             "{}: {failed} hand-off waits gave up on the launch before theirs (its results are \
              wrong; POLYCL_HANDOFF=0 turns the hand-off off)",
@@ -310,21 +310,12 @@ impl Chains {
     /// Waits that gave up so far (blocking: tests and diagnostics).
     pub fn failures(&self, device: &Device) -> Result<u32> {
         let mut word = [0u32];
-        // SAFETY: `word` is a live host array of one u32 and the read is
-        // blocking, so OpenCL is done with it when this returns.
-        let ev = unsafe {
-            cq::enqueue_read_buffer(
-                device.queue()?.get(),
-                self.counters.get(),
-                opencl3::types::CL_BLOCKING,
-                4 * self.failure_index,
-                4,
-                word.as_mut_ptr() as *mut c_void,
-                0,
-                std::ptr::null(),
-            )
-        };
-        super::buffer::finish_event(ev, "clEnqueueReadBuffer")?;
+        super::addresses::read_blocking(
+            device,
+            self.counters.get(),
+            4 * self.failure_index,
+            &mut word,
+        )?;
         Ok(word[0])
     }
 }
@@ -352,25 +343,6 @@ fn groups(l: &Launch) -> u64 {
     (0..l.dims as usize)
         .map(|d| l.global[d].div_ceil(local[d].max(1)) as u64)
         .product()
-}
-
-/// Writes `data` at the start of `mem`, waiting.
-fn write_blocking(device: &Device, mem: opencl3::types::cl_mem, data: &mut [u32]) -> Result<()> {
-    // SAFETY: `data` is a live host array within `mem`'s size (the caller's
-    // counters) and the write is blocking.
-    let ev = unsafe {
-        cq::enqueue_write_buffer(
-            device.queue()?.get(),
-            mem,
-            opencl3::types::CL_BLOCKING,
-            0,
-            std::mem::size_of_val(data),
-            data.as_ptr() as *const c_void,
-            0,
-            std::ptr::null(),
-        )
-    };
-    super::buffer::finish_event(ev, "clEnqueueWriteBuffer")
 }
 
 /// Puts `l`'s kernel from its program's hand-off variant, its slots

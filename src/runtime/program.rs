@@ -244,7 +244,7 @@ pub fn build_source_with(
         format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
     };
     // A traced build holds this run's trace address (runtime/trace.rs).
-    let cached = !options.contains("POLYCL_TRACE_AT");
+    let cached = !options.contains(super::trace::ADDRESS_DEFINE);
     if let Some(p) = cached
         .then(|| super::binary_cache::load(device, source, &options))
         .flatten()

@@ -23,14 +23,15 @@
 use super::device::Device;
 use crate::error::{ClContext, Error, Result};
 use crate::log;
-use opencl3::command_queue as cq;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
-use opencl3::types::{cl_mem, CL_BLOCKING};
+use opencl3::types::cl_mem;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::ptr;
 
+/// The build option that holds the trace buffer's address (trace.cl), which
+/// also marks a program built for this run alone (program.rs: not cached).
+pub(crate) const ADDRESS_DEFINE: &str = "POLYCL_TRACE_AT";
 /// Records the buffer holds; more are counted, not written.
 const CAPACITY: usize = 1 << 20;
 /// Bytes of a record (trace.cl: four ulongs) and of the header before them.
@@ -94,21 +95,7 @@ fn trace(device: &Device) -> Option<&Trace> {
 impl Trace {
     /// Sets the count of records written back to 0.
     fn rewind(&self, device: &Device) -> Result<()> {
-        let zero = 0u32.to_ne_bytes();
-        // SAFETY: a blocking write of 4 live bytes into the buffer's start.
-        let ev = unsafe {
-            cq::enqueue_write_buffer(
-                device.queue()?.get(),
-                self.buffer.get(),
-                CL_BLOCKING,
-                0,
-                zero.len(),
-                zero.as_ptr() as *const c_void,
-                0,
-                ptr::null(),
-            )
-        };
-        super::buffer::finish_event(ev, "clEnqueueWriteBuffer")
+        super::addresses::write_blocking(device, self.buffer.get(), &[0u32])
     }
 }
 
@@ -120,7 +107,7 @@ pub fn build_defines(device: &Device) -> String {
     }
     trace(device).map_or_else(String::new, |t| {
         format!(
-            "-DPOLYCL_TRACE_AT={:#x}ul -DPOLYCL_TRACE_CAP={CAPACITY}u",
+            "-D{ADDRESS_DEFINE}={:#x}ul -DPOLYCL_TRACE_CAP={CAPACITY}u",
             t.address
         )
     })
