@@ -14,7 +14,7 @@
 //! | `POLYCL_MMA` | `0` or `1` | prompt-size quantized matmuls and flash attention (head sizes 64 and 128) with tensor-core tiles (`mma.sync` on NVIDIA; a portable emulation elsewhere, for tests): default on for NVIDIA devices of compute capability 8.0 or later (`mma.sync` m16n8k32 and `cp.async`), off elsewhere |
 //! | `POLYCL_FLUSH_EVERY` | positive integer | flush the queue after this many launches of a graph compute, so the device starts while the host enqueues (default 16) |
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
-//! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 2 for Q4_0 and 4 for the others, the best of 2 / 4 / 8 on the H200, docs/perf.md step 32): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
+//! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 4, and for Q4_0 1 with `POLYCL_MV_LOADS=pairs` or 2 with `words`: the best measured on the H200, docs/perf.md steps 32 and 67): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_MV_LOADS` | `words` or `pairs` | how the Q4_0 decode matvecs load their blocks on rows of more than 64 blocks: `pairs` (default), a lane two adjacent blocks as whole aligned words; `words`, a lane a block, as aligned 4-byte words with a select for its alignment (`kernels/mul_mv.cl` MV_PAIRS; on the H200 the 7B Q4_0's decode span 3.4% shorter with pairs, docs/perf.md step 61) |
 //! | `POLYCL_GLU_WARPS` | 4, 8 or 16 | warps a work-group of the decode GLU kernel (gate and up matvecs + swiglu), which makes 32 rows, so each warp takes 32 / warps of them in sequence, for every GLU. Default: 8 (on the H200 the 7B Q4_0's GLU took 24.1 us a launch at 8 and 26.8 at 16, the Q8_0's 31.1 and 38.3, docs/perf.md step 44), and 16 for a Q4_0 GLU on NVIDIA whose 512-wide groups are at most two a compute unit (the 1B's: 11% less GLU time, step 51, `plan/fused_matmul.rs` `glu_shape`); a device whose work-groups can not be that wide gets 8; not 32, whose 1024 work-items a group NVIDIA only runs at up to 64 registers, which the K-quant GLU kernels exceed: a tuning knob |
 //! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise: a tuning knob |
@@ -183,9 +183,14 @@ pub enum Profile {
 impl Config {
     /// Unroll of the decode matvecs' block loop: (Q4_0, every other type).
     /// On the H200 (tg128 fa1, 2 / 4 / 8): the 7B Q4_0 ran 437 / 428 / 417
-    /// tokens/s, the Q8_0 326 / 328 / 321.
+    /// tokens/s (its blocks then loaded as words), the Q8_0 326 / 328 / 321. With its
+    /// pairs (the default) the Q4_0 words are only the fallback for rows the
+    /// pairs do not fit, and 1 there (with the Q/K/V + rope kernel's late
+    /// epilogue) made the 7B Q4_0 1.8% faster and left the 1B's as it was
+    /// (docs/perf.md step 67).
     pub fn mv_unrolls(&self) -> (u32, u32) {
-        self.mv_unroll.map_or((2, 4), |n| (n, n))
+        let q4_0 = if self.mv_pairs { 1 } else { 2 };
+        self.mv_unroll.map_or((q4_0, 4), |n| (n, n))
     }
 }
 
@@ -762,7 +767,8 @@ mod tests {
 
     #[test]
     fn matvec_unroll_per_type_unless_set() {
-        assert_eq!(with(&[]).mv_unrolls(), (2, 4));
+        assert_eq!(with(&[]).mv_unrolls(), (1, 4));
+        assert_eq!(with(&[("POLYCL_MV_LOADS", "words")]).mv_unrolls(), (2, 4));
         assert_eq!(with(&[("POLYCL_MV_UNROLL", "8")]).mv_unrolls(), (8, 8));
         assert!(with(&[]).mv_pairs);
         assert!(!with(&[("POLYCL_MV_LOADS", " words ")]).mv_pairs);
@@ -770,7 +776,7 @@ mod tests {
         assert!(c.mv_pairs);
         assert!(c.problems[0].contains("POLYCL_MV_LOADS"));
         let c = with(&[("POLYCL_MV_UNROLL", "17")]);
-        assert_eq!(c.mv_unrolls(), (2, 4));
+        assert_eq!(c.mv_unrolls(), (1, 4));
         assert!(c.problems[0].contains("POLYCL_MV_UNROLL"));
     }
 

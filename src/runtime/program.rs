@@ -361,7 +361,7 @@ mod tests {
     fn matvec_defines_go_only_to_the_programs_that_read_them() {
         let defaults = crate::config::parse(&|_| None);
         let mv = matvec_defines(&defaults, &joined("mul_mv"));
-        assert!(mv.contains("-DMV_UNROLL=4") && mv.contains("-DMV_UNROLL_Q4_0=2"));
+        assert!(mv.contains("-DMV_UNROLL=4") && mv.contains("-DMV_UNROLL_Q4_0=1"));
         assert!(mv.contains("-DMV_PAIRS=1 -DMV_UNROLL_PAIRS_Q4_0=1"));
         for name in ["norm", "rope", "fa_split", "mul_mat", "flash_attn"] {
             assert_eq!(matvec_defines(&defaults, &joined(name)), "", "{name}");
@@ -370,6 +370,7 @@ mod tests {
         assert_eq!(matvec_defines(&defaults, &joined("attn_o")), mv);
         let words = crate::config::parse(&|k| (k == "POLYCL_MV_LOADS").then(|| "words".into()));
         let w = matvec_defines(&words, &joined("mul_mv"));
-        assert!(w.contains("-DMV_UNROLL=4") && !w.contains("MV_PAIRS"));
+        assert!(w.contains("-DMV_UNROLL=4") && w.contains("-DMV_UNROLL_Q4_0=2"));
+        assert!(!w.contains("MV_PAIRS"));
     }
 }

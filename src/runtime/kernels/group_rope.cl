@@ -13,13 +13,14 @@
 //
 // The epilogue's scalars (pos_off .. corr1, between wtypes and the norm's in
 // the slots) are unpacked where the kernel says: EARLY with the others
-// (Q4_0, Q8_0), or LATE, after the dot products (the K-quant and mixed
+// (Q8_0), or LATE, after the dot products (Q4_0, the K-quant and mixed
 // kernels). Unpacked at the top they stay in registers through the dot
 // products: 167 registers for Q4_K (3 work-groups an SM) and 128 for Q4_0,
-// against 128 and 72 late. On the H200 late unpacking made the 7B Q4_K_M's
-// decode 4% faster and left the 7B Q4_0's unchanged, but the 1B Q4_0's ~2%
-// slower (one more round trip at the end of each group of a latency-bound
-// kernel): docs/perf.md step 35.
+// against 128 and 64 late. On the H200 late unpacking made the 7B Q4_K_M's
+// decode 4% faster (docs/perf.md step 35). For Q4_0 it did nothing alone
+// (step 65); with the Q4_0 words' unroll at 1 (config.rs mv_unrolls) the
+// two made the 7B Q4_0 1.8% faster and left the 1B's as it was (step 67).
+// Q8_0 late: no change (step 65).
 #define GROUP_ROPE_EPILOGUE_SLOTS (3 + 4 * 9 + 2 + 5 + 6)
 #define GROUP_ROPE_EPILOGUE                                                                 \
     pk_i = pk_epilogue;                                                                     \
@@ -77,7 +78,7 @@ kernel void NAME(PK_SIG(MV_GROUP_ROPE_BUFS)) {                                  
     PK_END                                                                                  \
 }
 
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0, GROUP_ROPE_EPILOGUE, )
+MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0, , GROUP_ROPE_EPILOGUE)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0, GROUP_ROPE_EPILOGUE, )
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K, , GROUP_ROPE_EPILOGUE)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K, , GROUP_ROPE_EPILOGUE)

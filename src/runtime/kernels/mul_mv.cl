@@ -21,7 +21,7 @@
 #define MV_UNROLL 4
 #endif
 #ifndef MV_UNROLL_Q4_0
-#define MV_UNROLL_Q4_0 2
+#define MV_UNROLL_Q4_0 1
 #endif
 #define MV_PRAGMA(x) _Pragma(#x)
 #define MV_UNROLL_PRAGMA_(n) MV_PRAGMA(unroll n)
