@@ -15,6 +15,12 @@
 //   full_lact - full with the activation staged in local memory by the group
 //   full_4row - full, a warp two row pairs sharing each activation load
 //               (half the groups)
+//   async     - full with the row pair copied by cp.async into local memory
+//               (no registers carry it in flight) and the activation too, once
+//               a group (23 KB a group); also with 22 KB more, which leaves ~4
+//               groups a compute unit, as the real Q/K/V kernel's 128
+//               registers do: does cp.async keep the stream at that occupancy?
+//   async_gact - async with the activation from global memory (L1), 27 KB more
 // `full` also runs with dynamic local memory of 13, 27 and 40 KB a group,
 // `plain` and `words` with 27, to cap the groups a compute unit holds; `peak` is the most
 // groups seen running at once on one compute unit (%smid). On the H200 any
@@ -103,7 +109,29 @@ static const char *SRC =
     "    uint a[18], x0[9], x1[9], x2[9], x3[9]; load_act(act, ip, a);\n"
     "    load_words(w0, ip, x0); load_words(w1, ip, x1); load_words(w2, ip, x2); load_words(w3, ip, x3);\n"
     "    sum.x += pair_dot(a, x0); sum.y += pair_dot(a, x1); sum.z += pair_dot(a, x2); sum.w += pair_dot(a, x3); }\n"
-    "  END(as_uint(sum.x + sum.y + sum.z + sum.w)) }\n";
+    "  END(as_uint(sum.x + sum.y + sum.z + sum.w)) }\n"
+    // cp.async: the row pair (and the activation, once a group) copied into
+    // local memory with no registers carrying it in flight, then the math
+    // from there. `.cg`: through L2 only, so L1's size does not matter.
+    "inline void cp16(local uint *dst, const global uint *src) {\n"
+    "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)dst), \"l\"(src) : \"memory\"); }\n"
+    "inline void cp_wait(void) { asm volatile(\"cp.async.commit_group;\\n\\tcp.async.wait_group 0;\" ::: \"memory\"); }\n"
+    "#define ASYNC_BODY(ACT)\\\n"
+    "  const int warp = get_local_id(0) / 32; float2 sum = (float2)(0.0f);\\\n"
+    "  for (int i = 0; i < 9; ++i) cp16(&ws[warp][4 * (lane + 32 * i)], (const global uint *)w0 + 4 * (lane + 32 * i));\\\n"
+    "  cp_wait(); barrier(CLK_LOCAL_MEM_FENCE);\\\n"
+    "  for (int ip = lane; ip < 64; ip += 32) {\\\n"
+    "    uint a[18], x0[9], x1[9]; ACT\\\n"
+    "    for (int i = 0; i < 9; ++i) { x0[i] = ws[warp][ip * 9 + i]; x1[i] = ws[warp][576 + ip * 9 + i]; }\\\n"
+    "    sum.x += pair_dot(a, x0); sum.y += pair_dot(a, x1); }\\\n"
+    "  END(as_uint(sum.x + sum.y))\n"
+    "kernel void async(ARGS) {\n"
+    "  BEGIN local uint ws[4][1152]; local uint la[1152];\n"
+    "  for (int c = get_local_id(0); c < 288; c += 128) cp16(&la[4 * c], (const global uint *)act + 4 * c);\n"
+    "  ASYNC_BODY(for (int i = 0; i < 18; ++i) a[i] = la[ip * 18 + i];) }\n"
+    "kernel void async_gact(ARGS) {\n"
+    "  BEGIN local uint ws[4][1152];\n"
+    "  ASYNC_BODY(load_act(act, ip, a);) }\n";
 
 #define COPY (64ul << 20)
 #define COPIES 16
@@ -137,6 +165,7 @@ int main(void) {
         {"plain", 1, 1},       {"words", 1, 1},       {"words_act", 1, 1},   {"full", 1, 1},
         {"plain", 1, 27 << 10}, {"words", 1, 27 << 10}, {"full", 1, 13 << 10}, {"full", 1, 27 << 10},
         {"full", 1, 40 << 10}, {"full_u2", 1, 1},      {"full_lact", 1, 1},   {"full_4row", 2, 1},
+        {"async", 1, 1},       {"async", 1, 22 << 10}, {"async_gact", 1, 1},  {"async_gact", 1, 27 << 10},
     };
     const long shapes[] = {12288, 22016};
     cl_ulong *t = malloc(3 * 8 * 4096);
