@@ -22,11 +22,11 @@
 //               registers do: does cp.async keep the stream at that occupancy?
 //   async_gact - async with the activation from global memory (L1), 27 KB more
 // `full` also runs with dynamic local memory of 13, 27 and 40 KB a group,
-// `plain` and `words` with 27, to cap the groups a compute unit holds; `peak` is the most
-// groups seen running at once on one compute unit (%smid). On the H200 any
-// of it made `full` 2.5x slower at every cap alike (docs/perf.md step 66):
-// the carve-out costs the loads all warps share, so it does not stand in
-// for a register cap.
+// `plain` and `words` with 27, to cap the groups a compute unit holds;
+// `peak` is the most groups seen running at once on one compute unit
+// (%smid). On the H200 any of it made `full` 2.5x slower at every cap alike
+// (docs/perf.md step 66), most likely by the L1 the carve-out takes from
+// the loads all warps share, so it does not stand in for a register cap.
 // Medians of 30 launches, us, and GB/s.
 // Build: cc -O2 stream-pattern.c -lOpenCL
 #include "gpu-frame.h"
