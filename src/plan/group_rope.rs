@@ -26,7 +26,13 @@ pub fn lower(
     let ty = |i: usize| g.ty(n.inputs[i]).dtype;
     let flags = flags(n, &p.rope, [ty(4), ty(5), ty(6), ty(7)])?;
     let (types, wtypes) = group_types(b, &n.inputs[..3], n)?;
-    let name = format!("kernel_mul_mv_group_rope_{types}");
+    let config = crate::config::get();
+    let staged = if types == "q4_0" && config.mv_staged && config.mv_pairs {
+        "_staged"
+    } else {
+        ""
+    };
+    let name = format!("kernel_mul_mv_group_rope_{types}{staged}");
     let ws = (0..3)
         .map(|k| b.operand(n.inputs[k]))
         .collect::<Result<Vec<_>>>()?;

@@ -162,6 +162,7 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_group_rope_q4_k",
     "kernel_mul_mv_group_rope_q6_k",
     "kernel_mul_mv_group_rope_mixed",
+    "kernel_mul_mv_group_rope_q4_0_staged",
     "kernel_mul_mv_glu_q4_0",
     "kernel_mul_mv_glu_q8_0",
     "kernel_mul_mv_glu_q4_k",
@@ -226,12 +227,15 @@ pub fn build_source_with(
     let config = crate::config::get();
     let unrolls = matvec_defines(config, source);
     // Settings of one program (the mma tile's shape, the GLU's warps, the
-    // attention + O kernels' register cap) only for that program, so that
+    // attention + O kernels' register cap, the staged Q/K/V kernel's
+    // cp.async) only for that program, so that
     // sweeping one leaves the other programs' cached binaries (keyed by
     // options) valid.
     let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
         "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
+        // The staged Q/K/V kernel's copies (mul_mv.cl MV_STAGE) need sm_80.
+        "group_rope" if device.has_mma() => "-DPOLYCL_CP_ASYNC=1".to_string(),
         "attn_o" => match config.attn_o_maxrreg {
             Some(r) if device.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
             _ => String::new(),

@@ -176,6 +176,22 @@ inline bool mv_pairs_fit(const __global char *w0, const __global char *w1,
     } while (0)
 #define MV_FUNNEL16(lo, hi) ((int)(((lo) >> 16) | ((hi) << 16)))
 
+// One row's pair of blocks: x its 9 words, a the two Q8_1 blocks, whose
+// scales and sums the caller unpacked once for both rows.
+inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
+                          float sa1) {
+    int i0 = 0, i1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int q = MV_FUNNEL16(x[i], x[i + 1]);
+        i0 = dot4(q & 0x0F0F0F0F, (int)a[1 + i], i0);
+        i0 = dot4((q >> 4) & 0x0F0F0F0F, (int)a[5 + i], i0);
+        i1 = dot4((int)x[5 + i] & 0x0F0F0F0F, (int)a[10 + i], i1);
+        i1 = dot4(((int)x[5 + i] >> 4) & 0x0F0F0F0F, (int)a[14 + i], i1);
+    }
+    return mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
+           mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
+}
 inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     if (!mv_pairs_fit(w0, w1, arow, nblocks))
@@ -193,22 +209,89 @@ MV_UNROLL_PRAGMA(MV_UNROLL_PAIRS_Q4_0)
             uint x[9];
 #pragma unroll
             for (int i = 0; i < 9; ++i) x[i] = wp[i];
-            int i0 = 0, i1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int q = MV_FUNNEL16(x[i], x[i + 1]);
-                i0 = dot4(q & 0x0F0F0F0F, (int)a[1 + i], i0);
-                i0 = dot4((q >> 4) & 0x0F0F0F0F, (int)a[5 + i], i0);
-                i1 = dot4((int)x[5 + i] & 0x0F0F0F0F, (int)a[10 + i], i1);
-                i1 = dot4(((int)x[5 + i] >> 4) & 0x0F0F0F0F, (int)a[14 + i], i1);
-            }
-            const float r = mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
-                            mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
+            const float r = mv_pair_q4_0(x, a, da0, sa0, da1, sa1);
             if (m == 0) sum.x += r; else sum.y += r;
         }
     }
     return sum;
 }
+
+// MV_STAGE (group_rope.cl's _staged kernel, config.rs POLYCL_MV_STAGED): a
+// warp copies its row pair into its stage in local memory, MV_STAGE_BLOCKS
+// blocks of each row at a time, before any math; on NVIDIA by cp.async, so
+// no registers carry the bytes in flight and a warp has its whole 4096-column
+// row pair in flight at once, where the pairs above hold one pair a lane
+// (docs/perf.md step 67: bytes in flight over latency). Needs 16-byte aligned
+// rows of a multiple of 8 blocks (whole 16-byte copies) and an 8-byte aligned
+// activation; otherwise the pairs above. cp.async needs sm_80
+// (POLYCL_CP_ASYNC, program.rs); elsewhere plain copies and group barriers.
+#if defined(POLYCL_NVIDIA) && defined(POLYCL_CP_ASYNC)
+#define MV_STAGE_ASYNC 1
+#else
+#define MV_STAGE_ASYNC 0
+#endif
+#define MV_STAGE_BLOCKS 128
+#define MV_STAGE_ROW_WORDS (MV_STAGE_BLOCKS * 18 / 4)
+#define MV_STAGE_WORDS (2 * MV_STAGE_ROW_WORDS)
+inline void mv_stage_copy(__local uint *dst, const __global char *src, int n16, int lane) {
+    for (int i = lane; i < n16; i += MV_LANES) {
+#if MV_STAGE_ASYNC
+        // `dst` is a shared-memory address (mul_mm_mma.cl mma_copy16 says why).
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(ulong)(dst + 4 * i)),
+                     "l"(src + 16 * i)
+                     : "memory");
+#else
+        vstore4(vload4(0, (const __global uint *)(src + 16 * i)), 0, dst + 4 * i);
+#endif
+    }
+}
+// Every lane's copies landed and every lane sees them (cp.async: the warp;
+// elsewhere the work-group, whose every work-item calls this as often).
+inline void mv_stage_wait(void) {
+#if MV_STAGE_ASYNC
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;\n\tbar.warp.sync 0xffffffff;" ::: "memory");
+#else
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+}
+// A lane's reads of the stage done before the warp copies the next chunk over it.
+inline void mv_stage_release(void) {
+#if MV_STAGE_ASYNC
+    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+#else
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+}
+inline float2 mv_row2_q4_0_staged(const __global char *w0, const __global char *w1,
+                                  const __global char *arow, long nblocks, int lane,
+                                  __local uint *stage) {
+    if ((nblocks & 7) != 0 || ((((ulong)w0) | ((ulong)w1)) & 15) != 0 || (((ulong)arow) & 7) != 0)
+        return mv_row2_q4_0(w0, w1, arow, nblocks, lane);
+    float2 sum = (float2)(0.0f, 0.0f);
+    for (long b0 = 0; b0 < nblocks; b0 += MV_STAGE_BLOCKS) {
+        const int nb = (int)min((long)MV_STAGE_BLOCKS, nblocks - b0);
+        mv_stage_copy(stage, w0 + b0 * 18, nb * 18 / 16, lane);
+        mv_stage_copy(stage + MV_STAGE_ROW_WORDS, w1 + b0 * 18, nb * 18 / 16, lane);
+        mv_stage_wait();
+        for (int ip = lane; ip < nb / 2; ip += MV_LANES) {
+            uint a[18];
+            MV_PAIR_Q8_1(arow + (b0 / 2 + ip) * (2 * Q8_1_BLOCK), a);
+            const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);
+            const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);
+            for (int m = 0; m < 2; ++m) {
+                const __local uint *wp = stage + m * MV_STAGE_ROW_WORDS + ip * 9;
+                uint x[9];
+#pragma unroll
+                for (int i = 0; i < 9; ++i) x[i] = wp[i];
+                const float r = mv_pair_q4_0(x, a, da0, sa0, da1, sa1);
+                if (m == 0) sum.x += r; else sum.y += r;
+            }
+        }
+        mv_stage_release();
+    }
+    return sum;
+}
+#define MV_STAGE_OK 1
 #else
 // The step program (PoCL compiles it cold in CI) and MV_PAIRS off: the words.
 #define mv_row2_q4_0 mv_row2_words_q4_0
