@@ -234,8 +234,13 @@ pub fn build_source_with(
     let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
         "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
-        // The staged Q/K/V kernel's copies (mul_mv.cl MV_STAGE) need sm_80.
-        "group_rope" if device.has_mma() => "-DPOLYCL_CP_ASYNC=1".to_string(),
+        // The staged Q/K/V kernel only where asked, so that the default
+        // program is the measured one; its cp.async (mul_mv.cl MV_STAGE)
+        // needs sm_80.
+        "group_rope" if config.mv_staged => match device.has_mma() {
+            true => "-DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1".to_string(),
+            false => "-DPOLYCL_MV_STAGED=1".to_string(),
+        },
         "attn_o" => match config.attn_o_maxrreg {
             Some(r) if device.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
             _ => String::new(),

@@ -84,9 +84,10 @@ MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K, , GROUP_ROPE_E
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K, , GROUP_ROPE_EPILOGUE)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_mixed, mv_row2_by_type, , GROUP_ROPE_EPILOGUE)
 
-// The Q4_0 kernel with its row pairs staged (mul_mv.cl MV_STAGE; config.rs
-// POLYCL_MV_STAGED): each row group's stage, MV_ROWS of them a work-group.
-#ifdef MV_STAGE_OK
+// The Q4_0 kernel with its row pairs staged (mul_mv.cl MV_STAGE), built
+// only with config.rs POLYCL_MV_STAGED: each row group's stage, MV_ROWS of
+// them a work-group.
+#if defined(MV_STAGE_OK) && defined(POLYCL_MV_STAGED)
 #define GROUP_ROPE_STAGE LOCAL_ARRAY(uint4, mv_stage4, MV_ROWS * MV_STAGE_WORDS / 4);
 #define mv_row2_q4_0_staged_group(w0, w1, arow, nblocks, lane)                               \
     mv_row2_q4_0_staged(w0, w1, arow, nblocks, lane,                                        \
