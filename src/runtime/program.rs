@@ -227,16 +227,15 @@ pub fn build_source_with(
     let config = crate::config::get();
     let unrolls = matvec_defines(config, source);
     // Settings of one program (the mma tile's shape, the GLU's warps, the
-    // attention + O kernels' register cap, the staged Q/K/V kernel's
-    // cp.async) only for that program, so that
-    // sweeping one leaves the other programs' cached binaries (keyed by
-    // options) valid.
+    // attention + O kernels' register cap, the staged Q/K/V kernel) only for
+    // that program, so that sweeping one leaves the other programs' cached
+    // binaries (keyed by options) valid.
     let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
         "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
-        // The staged Q/K/V kernel only where asked, so that the default
-        // program is the measured one; its cp.async (mul_mv.cl MV_STAGE)
-        // needs sm_80.
+        // The staged Q/K/V kernel is compiled only where asked, so the
+        // default program holds no kernel that a GPU has not run; its
+        // cp.async (mul_mv.cl MV_STAGE) needs sm_80.
         "group_rope" if config.mv_staged => match device.has_mma() {
             true => "-DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1".to_string(),
             false => "-DPOLYCL_MV_STAGED=1".to_string(),
