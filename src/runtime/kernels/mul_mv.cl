@@ -177,7 +177,7 @@ inline bool mv_pairs_fit(const __global char *w0, const __global char *w1,
 #define MV_FUNNEL16(lo, hi) ((int)(((lo) >> 16) | ((hi) << 16)))
 
 // One row's pair of blocks: x its 9 words, a the two Q8_1 blocks, whose
-// scales and sums the caller unpacked once for both rows.
+// scales and sums MV_PAIR2_Q4_0 unpacked once for both rows.
 inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
                           float sa1) {
     int i0 = 0, i1 = 0;
@@ -192,6 +192,22 @@ inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, fl
     return mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
            mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
 }
+// One lane's pair of blocks in both rows, added into `sum`: the two Q8_1
+// blocks at `ab`, and `WP`, an expression of the row m (0, 1) that points at
+// the row's 9 words (global memory or a local stage, so a macro).
+#define MV_PAIR2_Q4_0(ab, WP, sum)                                                          \
+    do {                                                                                    \
+        uint a[18];                                                                         \
+        MV_PAIR_Q8_1(ab, a);                                                                \
+        const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);              \
+        const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);              \
+        for (int m = 0; m < 2; ++m) {                                                       \
+            uint x[9];                                                                      \
+            _Pragma("unroll") for (int i = 0; i < 9; ++i) x[i] = (WP)[i];                   \
+            const float r = mv_pair_q4_0(x, a, da0, sa0, da1, sa1);                         \
+            if (m == 0) sum.x += r; else sum.y += r;                                        \
+        }                                                                                   \
+    } while (0)
 inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     if (!mv_pairs_fit(w0, w1, arow, nblocks))
@@ -199,20 +215,9 @@ inline float2 mv_row2_q4_0(const __global char *w0, const __global char *w1,
     float2 sum = (float2)(0.0f, 0.0f);
     const long npairs = nblocks >> 1;
 MV_UNROLL_PRAGMA(MV_UNROLL_PAIRS_Q4_0)
-    for (long ip = lane; ip < npairs; ip += MV_LANES) {
-        uint a[18];
-        MV_PAIR_Q8_1(arow + ip * (2 * Q8_1_BLOCK), a);
-        const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);
-        const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);
-        for (int m = 0; m < 2; ++m) {
-            const __global uint *wp = (const __global uint *)((m == 0 ? w0 : w1) + ip * 36);
-            uint x[9];
-#pragma unroll
-            for (int i = 0; i < 9; ++i) x[i] = wp[i];
-            const float r = mv_pair_q4_0(x, a, da0, sa0, da1, sa1);
-            if (m == 0) sum.x += r; else sum.y += r;
-        }
-    }
+    for (long ip = lane; ip < npairs; ip += MV_LANES)
+        MV_PAIR2_Q4_0(arow + ip * (2 * Q8_1_BLOCK),
+                      (const __global uint *)((m == 0 ? w0 : w1) + ip * 36), sum);
     return sum;
 }
 
@@ -273,20 +278,9 @@ inline float2 mv_row2_q4_0_staged(const __global char *w0, const __global char *
         mv_stage_copy(stage, w0 + b0 * 18, nb * 18 / 16, lane);
         mv_stage_copy(stage + MV_STAGE_ROW_WORDS, w1 + b0 * 18, nb * 18 / 16, lane);
         mv_stage_wait();
-        for (int ip = lane; ip < nb / 2; ip += MV_LANES) {
-            uint a[18];
-            MV_PAIR_Q8_1(arow + (b0 / 2 + ip) * (2 * Q8_1_BLOCK), a);
-            const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);
-            const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);
-            for (int m = 0; m < 2; ++m) {
-                const __local uint *wp = stage + m * MV_STAGE_ROW_WORDS + ip * 9;
-                uint x[9];
-#pragma unroll
-                for (int i = 0; i < 9; ++i) x[i] = wp[i];
-                const float r = mv_pair_q4_0(x, a, da0, sa0, da1, sa1);
-                if (m == 0) sum.x += r; else sum.y += r;
-            }
-        }
+        for (int ip = lane; ip < nb / 2; ip += MV_LANES)
+            MV_PAIR2_Q4_0(arow + (b0 / 2 + ip) * (2 * Q8_1_BLOCK),
+                          stage + m * MV_STAGE_ROW_WORDS + ip * 9, sum);
         mv_stage_release();
     }
     return sum;
