@@ -9,6 +9,9 @@ HOST_VERSION=0.3.36
 HOST_PREFIX="$POLYCL_CACHE/llama-cpp-python-$HOST_VERSION"
 HOST_SRC="$HOST_PREFIX/src/vendor/llama.cpp"
 HOST_BIN="$HOST_PREFIX/build/bin"
+# NVIDIA's PTX assembler for tests/nvptx_build.rs (scripts/nvptx-tools.sh installs it).
+PTXAS_VERSION=12.9.86
+export POLYCL_PTXAS=${POLYCL_PTXAS:-$POLYCL_CACHE/ptxas-$PTXAS_VERSION/ptxas}
 # The plugin as llama.cpp loads it (GGML_BACKEND_PATH needs one file; made absolute).
 POLYCL_LIB=${POLYCL_LIB:-$POLYCL_ROOT/target/release/libggml-polycl.so}
 POLYCL_LIB=$(realpath -m "$POLYCL_LIB")
@@ -24,6 +27,22 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 log() { echo "[$(basename "$0" .sh)] $*" >&2; }
 die() { echo "[$(basename "$0" .sh)] error: $*" >&2; exit 1; }
 stage() { printf '\n==== %s ====\n' "$*"; }
+
+# Installs those of the Debian packages named that are missing (as root).
+apt_ensure() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    [[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root or install them"
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    log "apt packages present"
+  fi
+}
 
 # Runs host.sh (a no-op once built) and checks the tools this repo uses exist.
 ensure_host() {

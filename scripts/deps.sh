@@ -13,20 +13,7 @@ APT_PACKAGES=(
   python3 python3-pip ca-certificates                             # sdist fetch, model maker
 )
 
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-    missing+=("$p")
-  fi
-done
-if ((${#missing[@]})); then
-  [[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root or install them"
-  log "apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  log "apt packages present"
-fi
+apt_ensure "${APT_PACKAGES[@]}"
 
 # Python side: numpy for the model maker, scikit-build-core + cmake>=3.21 for the sdist fetch.
 py_missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test, in order, stopping at the first failure (non-zero exit):
 # dependencies, host build, cargo fmt --check, clippy (-D warnings), release build + install,
-# cargo test, ggml's test-backend-ops (scripts/test-backend-ops.sh), the ctest C programs,
+# cargo test (every program also built for sm_90, by clang and ptxas: tests/nvptx_build.rs),
+# ggml's test-backend-ops (scripts/test-backend-ops.sh), the ctest C programs,
 # the greedy-token comparison against llama.cpp's CPU backend, and the multi-device tests
 # (scripts/test-multi.sh: two PoCL devices).
 # PoCL caches compiled kernels in ~/.cache/pocl (POCL_CACHE_DIR to move it).
@@ -11,8 +12,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$POLYCL_ROOT"
 START=$(date +%s)
 
-stage "1/10 dependencies (scripts/deps.sh)"
+stage "1/10 dependencies (scripts/deps.sh, scripts/nvptx-tools.sh)"
 bash scripts/deps.sh
+# clang, libclc and ptxas: cargo test's tests/nvptx_build.rs builds every program as the
+# H200 builds it (POLYCL_PTXAS, from common.sh).
+bash scripts/nvptx-tools.sh >/dev/null
 
 stage "2/10 llama.cpp host $HOST_VERSION (scripts/host.sh)"
 bash scripts/host.sh

@@ -27,6 +27,7 @@
 
 use super::device::Device;
 use super::executor::enqueue_without_event;
+use super::program::{BuildTarget, ProgramBuild};
 use crate::config::BufferAddresses;
 use crate::error::{ClContext, Error, Result};
 use crate::log;
@@ -221,6 +222,16 @@ fn enqueue_writes(device: &Device, kernel: &Kernel, pk: cl_mem, mems: &[cl_mem])
         }
     }
     Ok(())
+}
+
+/// The address check's program as a device of `target` builds it
+/// (program.rs every_program).
+pub fn program_build(target: &BuildTarget, config: &crate::config::Config) -> ProgramBuild {
+    ProgramBuild {
+        name: "addresses".into(),
+        source: SOURCE.into(),
+        options: super::program::build_options(target, config, "addresses", SOURCE, ""),
+    }
 }
 
 /// Builds the kernels, then copies a buffer through addresses alone (read

@@ -196,7 +196,7 @@ impl Device {
 /// Whether an NVIDIA device of compute capability `sm` runs PTX that needs
 /// `min`; a driver that does not report its capability is taken to be recent
 /// (every NVIDIA OpenCL driver of the last decade reports it).
-fn nv_at_least(is_nvidia: bool, sm: Option<u32>, min: u32) -> bool {
+pub(crate) fn nv_at_least(is_nvidia: bool, sm: Option<u32>, min: u32) -> bool {
     is_nvidia && sm.is_none_or(|sm| sm >= min)
 }
 

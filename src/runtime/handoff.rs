@@ -24,6 +24,7 @@
 
 use super::device::Device;
 use super::executor::Launch;
+use super::program::BuildTarget;
 use crate::config::Handoff;
 use crate::error::{ClContext, Result};
 use opencl3::command_queue as cq;
@@ -95,10 +96,10 @@ pub fn mode(device: &Device) -> Handoff {
     asked
 }
 
-/// The build options of a hand-off variant on `device`.
-pub fn build_defines(device: &Device) -> String {
-    let sleep = crate::config::get().handoff_sleep_ns;
-    if sleep > 0 && device.nv_sm.is_none_or(|sm| sm >= 70) {
+/// The build options of a hand-off variant on `target`.
+pub fn build_defines(target: &BuildTarget, config: &crate::config::Config) -> String {
+    let sleep = config.handoff_sleep_ns;
+    if sleep > 0 && target.nv_sm.is_none_or(|sm| sm >= 70) {
         format!("{DEFINE} -DHANDOFF_SLEEP={sleep}")
     } else {
         DEFINE.to_string()

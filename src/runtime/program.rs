@@ -208,6 +208,86 @@ fn matvec_defines(config: &crate::config::Config, source: &str) -> String {
     format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}")
 }
 
+/// What programs' build options take from their device, so that the
+/// options of a device that is not here can be made as well
+/// (tests/nvptx_build.rs builds every program as an sm_90 GPU gets it).
+#[derive(Clone, Debug)]
+pub struct BuildTarget {
+    pub is_nvidia: bool,
+    /// An NVIDIA device's compute capability, e.g. 90.
+    pub nv_sm: Option<u32>,
+    /// The mul_mv program's GLU_WARPS (Device::glu_warps).
+    pub glu_warps: usize,
+}
+
+impl BuildTarget {
+    pub fn of(device: &Device) -> Self {
+        Self {
+            is_nvidia: device.is_nvidia,
+            nv_sm: device.nv_sm,
+            glu_warps: device.glu_warps(),
+        }
+    }
+
+    /// The H200 (any Hopper GPU), with the GLU's default width.
+    pub fn sm_90() -> Self {
+        Self {
+            is_nvidia: true,
+            nv_sm: Some(90),
+            glu_warps: 8,
+        }
+    }
+
+    /// As Device::nvidia_ptx: dp4a needs sm_61.
+    pub fn nvidia_ptx(&self) -> bool {
+        super::device::nv_at_least(self.is_nvidia, self.nv_sm, 61)
+    }
+
+    /// As Device::has_mma: mma.sync and cp.async need sm_80.
+    pub fn has_mma(&self) -> bool {
+        super::device::nv_at_least(self.is_nvidia, self.nv_sm, 80)
+    }
+}
+
+/// The build options of program `name` (its `source`) for `target` with
+/// `config`; `extra` as build_source_with's. Vendor-specific code paths
+/// (inline PTX) are chosen per device here, at run time, never when polycl
+/// is compiled.
+pub fn build_options(
+    target: &BuildTarget,
+    config: &crate::config::Config,
+    name: &str,
+    source: &str,
+    extra: &str,
+) -> String {
+    let unrolls = matvec_defines(config, source);
+    // Settings of one program (the mma tile's shape, the GLU's warps, the
+    // attention + O kernels' register cap, the staged Q/K/V kernel) only for
+    // that program, so that sweeping one leaves the other programs' cached
+    // binaries (keyed by options) valid.
+    let own = match name {
+        "mul_mm_mma" => config.mma_tile.defines(),
+        "mul_mv" => format!("-DGLU_WARPS={}", target.glu_warps),
+        // The staged Q/K/V kernel is compiled only where asked, so the
+        // default program holds no kernel that a GPU has not run; its
+        // cp.async (mul_mv.cl MV_STAGE) needs sm_80.
+        "group_rope" if config.mv_staged => match target.has_mma() {
+            true => "-DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1".to_string(),
+            false => "-DPOLYCL_MV_STAGED=1".to_string(),
+        },
+        "attn_o" => match config.attn_o_maxrreg {
+            Some(r) if target.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    if target.nvidia_ptx() {
+        format!("{BUILD_OPTIONS} {unrolls} {own} -DPOLYCL_NVIDIA=1 {extra}")
+    } else {
+        format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
+    }
+}
+
 /// Builds `source` for `device`; on failure the error carries the build log.
 pub fn build_source(device: &Device, name: &str, source: &str) -> Result<Program> {
     build_source_with(device, name, source, "")
@@ -222,35 +302,13 @@ pub fn build_source_with(
 ) -> Result<Program> {
     let mut program =
         Program::create_from_source(&device.context, source).cl("clCreateProgramWithSource")?;
-    // Vendor-specific code paths (inline PTX) are chosen per device here, at
-    // run time, never when polycl is compiled.
-    let config = crate::config::get();
-    let unrolls = matvec_defines(config, source);
-    // Settings of one program (the mma tile's shape, the GLU's warps, the
-    // attention + O kernels' register cap, the staged Q/K/V kernel) only for
-    // that program, so that sweeping one leaves the other programs' cached
-    // binaries (keyed by options) valid.
-    let own = match name {
-        "mul_mm_mma" => config.mma_tile.defines(),
-        "mul_mv" => format!("-DGLU_WARPS={}", device.glu_warps()),
-        // The staged Q/K/V kernel is compiled only where asked, so the
-        // default program holds no kernel that a GPU has not run; its
-        // cp.async (mul_mv.cl MV_STAGE) needs sm_80.
-        "group_rope" if config.mv_staged => match device.has_mma() {
-            true => "-DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1".to_string(),
-            false => "-DPOLYCL_MV_STAGED=1".to_string(),
-        },
-        "attn_o" => match config.attn_o_maxrreg {
-            Some(r) if device.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
-    let options = if device.nvidia_ptx() {
-        format!("{BUILD_OPTIONS} {unrolls} {own} -DPOLYCL_NVIDIA=1 {extra}")
-    } else {
-        format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
-    };
+    let options = build_options(
+        &BuildTarget::of(device),
+        crate::config::get(),
+        name,
+        source,
+        extra,
+    );
     // A traced build holds this run's trace address (runtime/trace.rs).
     let cached = !options.contains(super::trace::ADDRESS_DEFINE);
     if let Some(p) = cached
@@ -276,6 +334,57 @@ pub fn build_source_with(
     Ok(program)
 }
 
+/// The options `program` adds to a program's own: its packed kernels'
+/// buffers by address (`BY_ADDRESS` programs where the device allows it),
+/// the group trace's, the hand-off frame's.
+fn program_extra(by_address: bool, traced: &str, handoff: &str) -> String {
+    let address = if by_address { "-DPOLYCL_ADDR=1" } else { "" };
+    [address, traced, handoff]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A program as a device would build it: its name (with `+handoff` for a
+/// hand-off variant), source and build options.
+pub struct ProgramBuild {
+    pub name: String,
+    pub source: String,
+    pub options: String,
+}
+
+/// Every program a device of `target` may build with `config`: each of
+/// `PROGRAMS` as `program` builds it where buffers go by address (the
+/// default on a GPU that allows it), and again with the hand-off frame where
+/// its sources hold one, the step program and the address check's. Without
+/// the group trace, whose defines are one run's addresses. For checking the
+/// builds of a device that is not here (tests/nvptx_build.rs).
+pub fn every_program(target: &BuildTarget, config: &crate::config::Config) -> Vec<ProgramBuild> {
+    let handoff = super::handoff::build_defines(target, config);
+    let mut out = Vec::new();
+    for (name, sources) in PROGRAMS {
+        let source = sources.join("\n");
+        let by_address = BY_ADDRESS.contains(name);
+        let mut variants = vec![(name.to_string(), program_extra(by_address, "", ""))];
+        if sources.contains(&HANDOFF) {
+            let label = format!("{name}{}", super::handoff::VARIANT);
+            variants.push((label, program_extra(by_address, "", &handoff)));
+        }
+        for (label, extra) in variants {
+            let options = build_options(target, config, name, &source, &extra);
+            out.push(ProgramBuild {
+                name: label,
+                source: source.clone(),
+                options,
+            });
+        }
+    }
+    out.push(super::step::program_build(target, config));
+    out.push(super::addresses::program_build(target, config));
+    out
+}
+
 /// The built program `name` for `device`, from the cache or built now.
 pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
     if crate::fault::build() {
@@ -298,26 +407,18 @@ pub fn program(device: &Device, name: &'static str) -> Result<Arc<Program>> {
         .map(|(_, s)| *s)
         .ok_or_else(|| Error::Unsupported(format!("no kernel program named {name}")))?;
     let source: String = sources.join("\n");
-    let address = if BY_ADDRESS.contains(&base) && super::addresses::on(device) {
-        "-DPOLYCL_ADDR=1"
-    } else {
-        ""
-    };
+    let by_address = BY_ADDRESS.contains(&base) && super::addresses::on(device);
     let traced = if sources.contains(&HANDOFF) {
         super::trace::build_defines(device)
     } else {
         String::new()
     };
     let handoff = if handoff {
-        super::handoff::build_defines(device)
+        super::handoff::build_defines(&BuildTarget::of(device), crate::config::get())
     } else {
         String::new()
     };
-    let extra = [address, &traced, &handoff]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let extra = program_extra(by_address, &traced, &handoff);
     let t = std::time::Instant::now();
     let built = Arc::new(build_source_with(device, base, &source, &extra)?);
     log::debug(&format!(

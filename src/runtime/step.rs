@@ -15,6 +15,7 @@
 
 use super::device::Device;
 use super::executor::{Launch, Packed};
+use super::program::{BuildTarget, ProgramBuild};
 use crate::error::{ClContext, Error, Result};
 use crate::log;
 use opencl3::command_queue as cq;
@@ -146,7 +147,7 @@ fn kernel(device: &Device) -> Result<Kernel> {
                 device,
                 "step",
                 &source(),
-                &step_options(device),
+                &step_options(&BuildTarget::of(device), crate::config::get()),
             )?);
             device.programs.lock().entry("step").or_insert(p).clone()
         }
@@ -159,12 +160,24 @@ fn kernel(device: &Device) -> Result<Kernel> {
     })
 }
 
+/// The step program as a device of `target` builds it
+/// (program.rs every_program).
+pub fn program_build(target: &BuildTarget, config: &crate::config::Config) -> ProgramBuild {
+    let source = source();
+    let extra = step_options(target, config);
+    ProgramBuild {
+        name: "step".into(),
+        options: super::program::build_options(target, config, "step", &source, &extra),
+        source,
+    }
+}
+
 /// The step program's build options: on NVIDIA, a register cap
 /// (POLYCL_STEP_MAXRREG) lets more work-groups stay resident, since the step
 /// kernel needs the registers of its hungriest phase.
-fn step_options(device: &Device) -> String {
-    match crate::config::get().step_maxrreg {
-        Some(r) if device.is_nvidia => format!("-DPOLYCL_STEP=1 -cl-nv-maxrregcount={r}"),
+fn step_options(target: &BuildTarget, config: &crate::config::Config) -> String {
+    match config.step_maxrreg {
+        Some(r) if target.is_nvidia => format!("-DPOLYCL_STEP=1 -cl-nv-maxrregcount={r}"),
         _ => "-DPOLYCL_STEP=1".to_string(),
     }
 }
