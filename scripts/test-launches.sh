@@ -163,6 +163,22 @@ grep -qw kernel_mul_mv_group_rope_q4_0_staged <<<"$out" ||
   { echo "FAIL: POLYCL_MV_STAGED=1 runs no kernel_mul_mv_group_rope_q4_0_staged"; fail=1; }
 [[ -n "$staged" && "$staged" == "$q40_cpu" ]] ||
   { echo "FAIL: the Q4_0 model's tokens with POLYCL_MV_STAGED=1 differ from the CPU backend's"; fail=1; }
+# The lean matvec loops (POLYCL_MV_LEAN=1, mul_mv.cl MV_LEAN): their sums are the default
+# loops' bit for bit, so the tokens equal the CPU backend's on the Q8_0 model and the Q4_0 model
+# (whose short rows take a Q4_0 block a lane), whose tokens move when their matvecs' sums do, and
+# on the wide model (whose rows take the Q4_0 pairs).
+Q80="$(dirname "$Q40")/model-Q8_0.gguf"
+q80_cpu=$("$GREEDY" -m "$Q80" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev none 2>&1 | grep '^tokens:') ||
+  die "CPU generation with the Q8_0 model failed"
+for case in "Q8_0 model:$Q80:$q80_cpu" "Q4_0 model:$Q40:$q40_cpu" "wide model:$WIDE:$wide_cpu"; do
+  IFS=: read -r label model cpu <<<"$case"
+  out=$(POLYCL_MV_LEAN=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$model" \
+    --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 2>&1) || { echo "$out" | tail -n 3 || true; }
+  lean=$(echo "$out" | grep '^tokens:' || true)
+  echo "$label POLYCL_MV_LEAN=1: CPU $cpu; polycl $lean"
+  [[ -n "$lean" && "$lean" == "$cpu" ]] ||
+    { echo "FAIL: the $label's tokens with POLYCL_MV_LEAN=1 differ from the CPU backend's"; fail=1; }
+done
 # The hand-off (runtime/handoff.rs) in its serial form, the counters on the one queue: the
 # decode step's kernels chained (the log's "hand-off (Serial): N of M launches"), every wait
 # satisfied (a wait that gave up fails the compute) and the same tokens as the CPU backend's.

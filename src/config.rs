@@ -17,6 +17,7 @@
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 4, and for Q4_0 1 with `POLYCL_MV_LOADS=pairs` or 2 with `words`: the best measured on the H200, docs/perf.md steps 32 and 67): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_MV_LOADS` | `words` or `pairs` | how the Q4_0 decode matvecs load their blocks on rows of more than 64 blocks: `pairs` (default), a lane two adjacent blocks as whole aligned words; `words`, a lane a block, as aligned 4-byte words with a select for its alignment (`kernels/mul_mv.cl` MV_PAIRS; on the H200 the 7B Q4_0's decode span 3.4% shorter with pairs, docs/perf.md step 61) |
 //! | `POLYCL_MV_STAGED` | `0` or `1` | `1`: the Q/K/V + rope decode kernel of Q4_0 weights (with `POLYCL_MV_LOADS=pairs`) copies each warp's row pair into local memory before its math, by cp.async on NVIDIA, so that no registers carry the weights in flight (`kernel_mul_mv_group_rope_q4_0_staged`, `kernels/mul_mv.cl` MV_STAGE, docs/perf.md step 67); `0` (default): the pairs' loads into registers. Not yet measured on a GPU: for trying |
+//! | `POLYCL_MV_LEAN` | `0` or `1` | `1`: the decode matvecs' inner loops with fewer instructions a block and the same sums, bit for bit (`kernels/mul_mv.cl` MV_LEAN, docs/perf.md step 69): Q4_0's high nibbles by an unsigned dp4a with no shift, Q8_0's and Q4_0's single blocks as aligned words with shifts fixed once a lane, no 2-byte loads; `0` (default): the loops measured so far. Not yet measured on a GPU: for trying |
 //! | `POLYCL_GLU_WARPS` | 4, 8 or 16 | warps a work-group of the decode GLU kernel (gate and up matvecs + swiglu), which makes 32 rows, so each warp takes 32 / warps of them in sequence, for every GLU. Default: 8 (on the H200 the 7B Q4_0's GLU took 24.1 us a launch at 8 and 26.8 at 16, the Q8_0's 31.1 and 38.3, docs/perf.md step 44), and 16 for a Q4_0 GLU on NVIDIA whose 512-wide groups are at most two a compute unit (the 1B's: 11% less GLU time, step 51, `plan/fused_matmul.rs` `glu_shape`); a device whose work-groups can not be that wide gets 8; not 32, whose 1024 work-items a group NVIDIA only runs at up to 64 registers, which the K-quant GLU kernels exceed: a tuning knob |
 //! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise: a tuning knob |
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
@@ -74,6 +75,8 @@ pub struct Config {
     /// The Q4_0 Q/K/V + rope kernel stages its row pairs in local memory
     /// (`POLYCL_MV_STAGED`).
     pub mv_staged: bool,
+    /// The decode matvecs' leaner inner loops (`POLYCL_MV_LEAN`).
+    pub mv_lean: bool,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
     /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`);
@@ -310,6 +313,23 @@ fn parse_mma_tile(v: &str) -> std::result::Result<MmaTile, String> {
     Ok(t)
 }
 
+/// A `0`/`1` setting that is off unless it is `1`; anything else is a
+/// problem, and off.
+fn off_unless_one(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    problems: &mut Vec<String>,
+) -> bool {
+    match get(name).as_deref().map(str::trim) {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(v) => {
+            problems.push(format!("{name}={v:?}: expected 0 or 1; using 0"));
+            false
+        }
+    }
+}
+
 /// Reads the configuration through `get` (the environment in `get()`; a
 /// table in tests).
 pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
@@ -321,6 +341,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         flush_every: 16,
         mv_pairs: true,
         mv_staged: false,
+        mv_lean: false,
         fa_groups: 256,
         glu_warps: None,
         mvn_split: None,
@@ -573,33 +594,10 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
-    if let Some(v) = get("POLYCL_ATTN_O") {
-        match v.trim() {
-            "0" => c.attn_o = false,
-            "1" => c.attn_o = true,
-            _ => c
-                .problems
-                .push(format!("POLYCL_ATTN_O={v:?}: expected 0 or 1; using 0")),
-        }
-    }
-    if let Some(v) = get("POLYCL_MV_STAGED") {
-        match v.trim() {
-            "0" => c.mv_staged = false,
-            "1" => c.mv_staged = true,
-            _ => c
-                .problems
-                .push(format!("POLYCL_MV_STAGED={v:?}: expected 0 or 1; using 0")),
-        }
-    }
-    if let Some(v) = get("POLYCL_ATTN_OH") {
-        match v.trim() {
-            "0" => c.attn_oh = false,
-            "1" => c.attn_oh = true,
-            _ => c
-                .problems
-                .push(format!("POLYCL_ATTN_OH={v:?}: expected 0 or 1; using 0")),
-        }
-    }
+    c.attn_o = off_unless_one(get, "POLYCL_ATTN_O", &mut c.problems);
+    c.mv_staged = off_unless_one(get, "POLYCL_MV_STAGED", &mut c.problems);
+    c.mv_lean = off_unless_one(get, "POLYCL_MV_LEAN", &mut c.problems);
+    c.attn_oh = off_unless_one(get, "POLYCL_ATTN_OH", &mut c.problems);
     if let Some(v) = get("POLYCL_ATTN_OH_SPLIT") {
         match v.trim().parse::<usize>() {
             Ok(n) if (1..=8).contains(&n) => c.attn_oh_split = Some(n),
@@ -951,6 +949,9 @@ mod tests {
         assert!(!with(&[]).attn_oh);
         assert!(!with(&[]).mv_staged);
         assert!(with(&[("POLYCL_MV_STAGED", "1")]).mv_staged);
+        assert!(!with(&[]).mv_lean && with(&[("POLYCL_MV_LEAN", "1")]).mv_lean);
+        let c = with(&[("POLYCL_MV_LEAN", " 2")]);
+        assert!(!c.mv_lean && c.problems[0].contains("POLYCL_MV_LEAN=\"2\""));
         let c = with(&[("POLYCL_MV_STAGED", "on")]);
         assert!(!c.mv_staged && c.problems[0].contains("POLYCL_MV_STAGED"));
         assert!(with(&[("POLYCL_ATTN_OH", "1")]).attn_oh);

@@ -131,7 +131,7 @@ fn clang(defines: &[String]) -> Command {
 
 /// Builds one program down to sm_90 machine code in `dir`.
 fn build(ptxas: &Path, dir: &Path, p: &ProgramBuild) -> Vec<KernelInfo> {
-    let stem = dir.join(p.name.replace('+', "_"));
+    let stem = dir.join(p.name.replace(['+', '.'], "_"));
     let file = |ext: &str| stem.with_extension(ext);
     std::fs::write(file("cl"), &p.source).unwrap();
     // The defines go to clang; the driver's own options to their
@@ -233,18 +233,20 @@ fn every_program_builds_for_sm_90() {
         "the shim",
     );
     let mut builds = program::every_program(&target, &defaults);
-    // The settings that compile kernels of their own (config.rs): the staged
-    // Q/K/V kernel.
-    let staged = ggml_polycl::config::parse(&|k| (k == "POLYCL_MV_STAGED").then(|| "1".into()));
-    for p in program::every_program(&target, &staged) {
-        if !builds
-            .iter()
-            .any(|b| b.name == p.name && b.options == p.options)
-        {
-            builds.push(ProgramBuild {
-                name: format!("{}.staged", p.name),
-                ..p
-            });
+    // The settings that compile code of their own (config.rs): the staged
+    // Q/K/V kernel, the lean matvec loops.
+    for (setting, label) in [("POLYCL_MV_STAGED", "staged"), ("POLYCL_MV_LEAN", "lean")] {
+        let config = ggml_polycl::config::parse(&|k| (k == setting).then(|| "1".into()));
+        for p in program::every_program(&target, &config) {
+            if !builds
+                .iter()
+                .any(|b| b.name == p.name && b.options == p.options)
+            {
+                builds.push(ProgramBuild {
+                    name: format!("{}.{label}", p.name),
+                    ..p
+                });
+            }
         }
     }
     // Two builds at a time: CI's machine has two cores, ptxas takes one.

@@ -93,7 +93,10 @@ impl DeviceBuffer {
             bytes: size,
             detail,
         };
-        if size > device.max_alloc {
+        // Whole words: a kernel may load the word that holds a tensor's last
+        // byte (mul_mv.cl's Q8_0 rows under MV_LEAN).
+        let words = size.next_multiple_of(4);
+        if words > device.max_alloc {
             return Err(oom(format!(
                 "larger than the device's max buffer size {}",
                 device.max_alloc
@@ -115,7 +118,7 @@ impl DeviceBuffer {
             Buffer::<u8>::create(
                 &device.context,
                 CL_MEM_READ_WRITE,
-                size,
+                words,
                 std::ptr::null_mut(),
             )
         }

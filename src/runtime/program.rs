@@ -205,7 +205,8 @@ fn matvec_defines(config: &crate::config::Config, source: &str) -> String {
     } else {
         String::new()
     };
-    format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}")
+    let lean = if config.mv_lean { " -DMV_LEAN=1" } else { "" };
+    format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}{lean}")
 }
 
 /// What programs' build options take from their device, so that the
@@ -480,6 +481,8 @@ mod tests {
         let words = crate::config::parse(&|k| (k == "POLYCL_MV_LOADS").then(|| "words".into()));
         let w = matvec_defines(&words, &joined("mul_mv"));
         assert!(w.contains("-DMV_UNROLL=4") && w.contains("-DMV_UNROLL_Q4_0=2"));
-        assert!(!w.contains("MV_PAIRS"));
+        assert!(!w.contains("MV_PAIRS") && !w.contains("MV_LEAN"));
+        let lean = crate::config::parse(&|k| (k == "POLYCL_MV_LEAN").then(|| "1".into()));
+        assert!(matvec_defines(&lean, &joined("group_rope")).ends_with(" -DMV_LEAN=1"));
     }
 }

@@ -41,6 +41,65 @@ inline int dot4(int a, int b, int c) {
 }
 #endif
 
+inline float mv_half_bits(uint h) {
+#ifdef POLYCL_NVIDIA
+    float r;
+    const ushort u = (ushort)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(u));
+    return r;
+#else
+    const ushort u = (ushort)h;
+    return vload_half(0, (const __private half *)&u);
+#endif
+}
+
+// MV_LEAN (build option, config.rs POLYCL_MV_LEAN): the decode matvecs'
+// inner loops with fewer instructions a block and the same sums, bit for
+// bit (docs/perf.md step 69). Not in the step program (its PoCL compile).
+#if defined(MV_LEAN) && !defined(POLYCL_STEP)
+#define MV_LEAN_LOOPS 1
+// dot4 with a's bytes unsigned: Q4_0's high nibbles in place, 16 times
+// their value, which saves each word's shift.
+#ifdef POLYCL_NVIDIA
+inline int dot4_u8(int a, int b, int c) {
+    int r;
+    asm volatile("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// The low word of (hi:lo) >> s for s in 16..32; 32 gives hi.
+inline uint mv_funnel(uint lo, uint hi, uint s) {
+    uint r;
+    asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
+    return r;
+}
+#else
+inline int dot4_u8(int a, int b, int c) {
+    const uchar4 x = as_uchar4(a);
+    const char4 y = as_char4(b);
+    return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+inline uint mv_funnel(uint lo, uint hi, uint s) {
+    return (uint)(upsample(hi, lo) >> s);
+}
+#endif
+// The lean loops' rows w0 and w1 of 2-byte aligned blocks of BLOCK_BYTES,
+// as aligned words: a lane's blocks keep one alignment along a row (32
+// blocks of 18 or 34 bytes are a multiple of 4 bytes), so each block is read
+// from the word at or below it (p0, p1, advancing 32 blocks a step), and its
+// scale and codes come out by shifts the lane fixes once (s0, s1: 16 where
+// the block starts on a word, 32 where it starts 2 bytes in): no 2-byte
+// loads, no alignment select a block. The last word may hold 2 bytes past
+// the block: within the buffer, which DeviceBuffer::alloc rounds up to
+// whole words. pa: the lane's first Q8_1 block; steps: the lane's blocks.
+#define MV_ALIGNED_ROWS(BLOCK_BYTES)                                                        \
+    const __global char *b0_ = w0 + lane * (BLOCK_BYTES), *b1_ = w1 + lane * (BLOCK_BYTES); \
+    const uint s0 = (((ulong)b0_) & 2) ? 32u : 16u, s1 = (((ulong)b1_) & 2) ? 32u : 16u;   \
+    const __global uint *p0 = (const __global uint *)(b0_ - (s0 - 16u) / 8u);              \
+    const __global uint *p1 = (const __global uint *)(b1_ - (s1 - 16u) / 8u);              \
+    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);           \
+    const long steps = (nblocks - lane + MV_LANES - 1) / MV_LANES;
+#endif
+
 // The common frame: which row, which activation row, and where to write.
 #define MV_PROLOGUE                                                                   \
     const int lane = get_local_id(0) % MV_LANES;                                      \
@@ -67,6 +126,37 @@ inline int dot4(int a, int b, int c) {
 // caller sums the 32 lanes): twice the weight loads in flight and one
 // activation load for both rows.
 // Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
+#ifdef MV_LEAN_LOOPS
+// By aligned words (MV_ALIGNED_ROWS), a block the 5 words at or below it;
+// the high nibbles and the activation's scale as mv_pair_q4_0's.
+inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
+                                 const __global char *arow, long nblocks, int lane) {
+    float2 sum = (float2)(0.0f, 0.0f);
+    MV_ALIGNED_ROWS(18)
+MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
+    for (long k = 0; k < steps; ++k) {
+        uint a[9];
+        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
+        const float da = 0.0625f * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);
+        for (int m = 0; m < 2; ++m) {
+            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * 18 / 4);
+            const uint s = m == 0 ? s0 : s1;
+            uint y[5];
+            _Pragma("unroll") for (int i = 0; i < 5; ++i) y[i] = p[i];
+            int lo = 0, hi = 0;
+            _Pragma("unroll") for (int i = 0; i < 4; ++i) {
+                const int q = (int)mv_funnel(y[i], y[i + 1], s);
+                lo = dot4(q & 0x0F0F0F0F, (int)a[1 + i], lo);
+                hi = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], hi);
+            }
+            const float r =
+                mv_half_bits(y[0] >> (s - 16u)) * (da * (float)(16 * lo + hi) - 8.0f * sa);
+            if (m == 0) sum.x += r; else sum.y += r;
+        }
+    }
+    return sum;
+}
+#else
 inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
                                  const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
@@ -96,8 +186,35 @@ MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
     }
     return sum;
 }
+#endif
 
 // Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
+#ifdef MV_LEAN_LOOPS
+// By aligned words (MV_ALIGNED_ROWS), a block the 9 words at or below it.
+inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long nblocks, int lane) {
+    float2 sum = (float2)(0.0f, 0.0f);
+    MV_ALIGNED_ROWS(34)
+MV_UNROLL_PRAGMA(MV_UNROLL)
+    for (long k = 0; k < steps; ++k) {
+        uint a[9];
+        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
+        const float da = mv_half_bits(a[0]);
+        for (int m = 0; m < 2; ++m) {
+            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * 34 / 4);
+            const uint s = m == 0 ? s0 : s1;
+            uint y[9];
+            _Pragma("unroll") for (int i = 0; i < 9; ++i) y[i] = p[i];
+            int isum = 0;
+            _Pragma("unroll") for (int i = 0; i < 8; ++i)
+                isum = dot4((int)mv_funnel(y[i], y[i + 1], s), (int)a[1 + i], isum);
+            const float r = mv_half_bits(y[0] >> (s - 16u)) * da * (float)isum;
+            if (m == 0) sum.x += r; else sum.y += r;
+        }
+    }
+    return sum;
+}
+#else
 inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
@@ -126,6 +243,7 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
     }
     return sum;
 }
+#endif
 
 // MV_PAIRS (build option, config.rs `POLYCL_MV_LOADS`, on by default): a
 // lane of a Q4_0 row pair takes two adjacent blocks at a time. Two blocks are
@@ -143,17 +261,6 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
 #ifndef MV_UNROLL_PAIRS_Q4_0
 #define MV_UNROLL_PAIRS_Q4_0 1
 #endif
-inline float mv_half_bits(uint h) {
-#ifdef POLYCL_NVIDIA
-    float r;
-    const ushort u = (ushort)h;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(u));
-    return r;
-#else
-    const ushort u = (ushort)h;
-    return vload_half(0, (const __private half *)&u);
-#endif
-}
 // Whether a row pair's blocks are taken two at a time (the same for every
 // lane): rows of more than one pair a lane (a 1B's 2048 columns, one pair a
 // lane, ran no faster; the halves of its 5632-column rows in MulMatAddNorm's
@@ -178,6 +285,28 @@ inline bool mv_pairs_fit(const __global char *w0, const __global char *w1,
 
 // One row's pair of blocks: x its 9 words, a the two Q8_1 blocks, whose
 // scales and sums MV_PAIR2_Q4_0 unpacked once for both rows.
+#ifdef MV_LEAN_LOOPS
+// The high nibbles by dot4_u8, their sums 16 times too large, and the low
+// nibbles' sums scaled to match: i is 16 times the sum, which
+// MV_PAIR_DA_SCALE takes out of the activation's scale. Both products are
+// exact, so the float result is the same bit for bit.
+#define MV_PAIR_DA_SCALE 0.0625f
+inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
+                          float sa1) {
+    int l0 = 0, h0 = 0, l1 = 0, h1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int q = MV_FUNNEL16(x[i], x[i + 1]);
+        l0 = dot4(q & 0x0F0F0F0F, (int)a[1 + i], l0);
+        h0 = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], h0);
+        l1 = dot4((int)x[5 + i] & 0x0F0F0F0F, (int)a[10 + i], l1);
+        h1 = dot4_u8((int)x[5 + i] & (int)0xF0F0F0F0, (int)a[14 + i], h1);
+    }
+    return mv_half_bits(x[0]) * (da0 * (float)(16 * l0 + h0) - 8.0f * sa0) +
+           mv_half_bits(x[4] >> 16) * (da1 * (float)(16 * l1 + h1) - 8.0f * sa1);
+}
+#else
+#define MV_PAIR_DA_SCALE 1.0f
 inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
                           float sa1) {
     int i0 = 0, i1 = 0;
@@ -192,6 +321,7 @@ inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, fl
     return mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
            mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
 }
+#endif
 // One lane's pair of blocks in both rows, added into `sum`: the two Q8_1
 // blocks at `ab`, and `WP`, an expression of the row m (0, 1) that points at
 // the row's 9 words (global memory or a local stage, so a macro).
@@ -199,8 +329,10 @@ inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, fl
     do {                                                                                    \
         uint a[18];                                                                         \
         MV_PAIR_Q8_1(ab, a);                                                                \
-        const float da0 = mv_half_bits(a[0]), sa0 = mv_half_bits(a[0] >> 16);              \
-        const float da1 = mv_half_bits(a[9]), sa1 = mv_half_bits(a[9] >> 16);              \
+        const float da0 = MV_PAIR_DA_SCALE * mv_half_bits(a[0]);                            \
+        const float sa0 = mv_half_bits(a[0] >> 16);                                         \
+        const float da1 = MV_PAIR_DA_SCALE * mv_half_bits(a[9]);                            \
+        const float sa1 = mv_half_bits(a[9] >> 16);                                         \
         for (int m = 0; m < 2; ++m) {                                                       \
             uint x[9];                                                                      \
             _Pragma("unroll") for (int i = 0; i < 9; ++i) x[i] = (WP)[i];                   \
