@@ -38,6 +38,7 @@
 #                                            # idle time between tokens and the host's part of it
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
+#                                            # (and `loops KERNEL...`: their dp4a loops' instructions)
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
 #                                            # (or $PROBE.cu with nvcc: PROBE=kernel-gap-cuda)
 #                                            # (with PROBE_ARGS)
@@ -372,6 +373,24 @@ regs() { # registers a work-item of every kernel in polycl's program cache (PTX 
     # its own (a non-inlined callee) only renames the next one.
     "$ptxas" -arch=sm_90 -v "$W/regs.ptx" -o /dev/null 2>&1 |
       awk '/Function properties for/ {f = $NF} /Used [0-9]+ registers/ {print f, $5}'
+  done | sort -u
+}
+
+loops() { # the dp4a loops of kernels (names as arguments) in polycl's program cache, in the
+  # driver's own code: each cached PTX that holds one, assembled by ptxas for sm_90, read by
+  # scripts/sass-loops.py (instructions an iteration); run polycl first, as for regs
+  local ptxas f k
+  ptxas=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -n 1)
+  [[ -n $ptxas ]] || { echo "loops: no ptxas (the CUDA toolkit) on this machine"; return 1; }
+  export CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -n 1)}
+  for f in "${POLYCL_PROGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polycl}"/*.bin; do
+    head -c 4096 "$f" | grep -q '^\.target' || continue
+    tr -d '\000' < "$f" > "$W/loops.ptx"
+    for k in "$@"; do
+      grep -q "\.entry $k(" "$W/loops.ptx" || continue
+      "$ptxas" -arch=sm_90 "$W/loops.ptx" -o "$W/loops.cubin" && python3 scripts/sass-loops.py "$W/loops.cubin" "$@"
+      break
+    done
   done | sort -u
 }
 

@@ -12,6 +12,9 @@ HOST_BIN="$HOST_PREFIX/build/bin"
 # NVIDIA's PTX assembler for tests/nvptx_build.rs (scripts/nvptx-tools.sh installs it).
 PTXAS_VERSION=12.9.86
 export POLYCL_PTXAS=${POLYCL_PTXAS:-$POLYCL_CACHE/ptxas-$PTXAS_VERSION/ptxas}
+# And its disassembler, for scripts/sass-loops.py.
+CUOBJDUMP_VERSION=13.5.37
+export CUOBJDUMP=${CUOBJDUMP:-$POLYCL_CACHE/cuobjdump-$CUOBJDUMP_VERSION/cuobjdump}
 # The plugin as llama.cpp loads it (GGML_BACKEND_PATH needs one file; made absolute).
 POLYCL_LIB=${POLYCL_LIB:-$POLYCL_ROOT/target/release/libggml-polycl.so}
 POLYCL_LIB=$(realpath -m "$POLYCL_LIB")
