@@ -8,7 +8,7 @@
 //! `target/nvptx/kernels.txt`: clang is not the driver's compiler, so the
 //! counts are near the driver's, not equal to them (docs/perf.md step 68).
 //!
-//! The tools (scripts/deps.sh installs them): clang-15, llvm-link-15,
+//! The tools (scripts/nvptx-tools.sh installs them): clang-15, llvm-link-15,
 //! opt-15, llc-15 and libclc-15 from Debian, and `ptxas` from NVIDIA's
 //! `nvidia-cuda-nvcc-cu12` wheel, named by `POLYCL_PTXAS`. Without
 //! `POLYCL_PTXAS` the test says so and checks nothing; scripts/test.sh
@@ -52,7 +52,7 @@ struct KernelInfo {
 /// Runs `cmd`; on failure panics with what it printed.
 fn run(cmd: &mut Command, what: &str) -> String {
     let out = cmd.output().unwrap_or_else(|e| {
-        panic!("{what}: could not run {cmd:?}: {e} (scripts/deps.sh installs it)")
+        panic!("{what}: could not run {cmd:?}: {e} (scripts/nvptx-tools.sh installs it)")
     });
     let text = format!(
         "{}{}",
@@ -249,16 +249,18 @@ fn every_program_builds_for_sm_90() {
             }
         }
     }
-    // Two builds at a time: CI's machine has two cores, ptxas takes one.
-    let chunks: Vec<&[ProgramBuild]> = builds.chunks(builds.len().div_ceil(2)).collect();
+    // Two builds at a time, alternate ones each: CI's machine has two
+    // cores, ptxas takes one.
     let kernels: Vec<KernelInfo> = std::thread::scope(|s| {
-        let handles: Vec<_> = chunks
-            .iter()
-            .map(|chunk| {
-                s.spawn(|| {
-                    chunk
+        let handles: Vec<_> = (0..2)
+            .map(|first| {
+                let (builds, ptxas, dir) = (&builds, &ptxas, &dir);
+                s.spawn(move || {
+                    builds
                         .iter()
-                        .flat_map(|p| build(&ptxas, &dir, p))
+                        .skip(first)
+                        .step_by(2)
+                        .flat_map(|p| build(ptxas, dir, p))
                         .collect::<Vec<_>>()
                 })
             })
