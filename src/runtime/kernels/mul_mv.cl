@@ -82,22 +82,6 @@ inline uint mv_funnel(uint lo, uint hi, uint s) {
     return (uint)(upsample(hi, lo) >> s);
 }
 #endif
-// The lean loops' rows w0 and w1 of 2-byte aligned blocks of BLOCK_BYTES,
-// as aligned words: a lane's blocks keep one alignment along a row (32
-// blocks of 18 or 34 bytes are a multiple of 4 bytes), so each block is read
-// from the word at or below it (p0, p1, advancing 32 blocks a step), and its
-// scale and codes come out by shifts the lane fixes once (s0, s1: 16 where
-// the block starts on a word, 32 where it starts 2 bytes in): no 2-byte
-// loads, no alignment select a block. The last word may hold 2 bytes past
-// the block: within the buffer, which DeviceBuffer::alloc rounds up to
-// whole words. pa: the lane's first Q8_1 block; steps: the lane's blocks.
-#define MV_ALIGNED_ROWS(BLOCK_BYTES)                                                        \
-    const __global char *b0_ = w0 + lane * (BLOCK_BYTES), *b1_ = w1 + lane * (BLOCK_BYTES); \
-    const uint s0 = (((ulong)b0_) & 2) ? 32u : 16u, s1 = (((ulong)b1_) & 2) ? 32u : 16u;   \
-    const __global uint *p0 = (const __global uint *)(b0_ - (s0 - 16u) / 8u);              \
-    const __global uint *p1 = (const __global uint *)(b1_ - (s1 - 16u) / 8u);              \
-    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);           \
-    const long steps = (nblocks - lane + MV_LANES - 1) / MV_LANES;
 #endif
 
 // The common frame: which row, which activation row, and where to write.
@@ -125,38 +109,68 @@ inline uint mv_funnel(uint lo, uint hi, uint s) {
 // One lane's share of two rows' dot products with one activation row (the
 // caller sums the 32 lanes): twice the weight loads in flight and one
 // activation load for both rows.
-// Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
 #ifdef MV_LEAN_LOOPS
-// By aligned words (MV_ALIGNED_ROWS), a block the 5 words at or below it;
-// the high nibbles and the activation's scale as mv_pair_q4_0's.
-inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
-                                 const __global char *arow, long nblocks, int lane) {
-    float2 sum = (float2)(0.0f, 0.0f);
-    MV_ALIGNED_ROWS(18)
-MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
-    for (long k = 0; k < steps; ++k) {
-        uint a[9];
-        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
-        const float da = 0.0625f * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);
-        for (int m = 0; m < 2; ++m) {
-            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * 18 / 4);
-            const uint s = m == 0 ? s0 : s1;
-            uint y[5];
-            _Pragma("unroll") for (int i = 0; i < 5; ++i) y[i] = p[i];
-            int lo = 0, hi = 0;
-            _Pragma("unroll") for (int i = 0; i < 4; ++i) {
-                const int q = (int)mv_funnel(y[i], y[i + 1], s);
-                lo = dot4(q & 0x0F0F0F0F, (int)a[1 + i], lo);
-                hi = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], hi);
-            }
-            const float r =
-                mv_half_bits(y[0] >> (s - 16u)) * (da * (float)(16 * lo + hi) - 8.0f * sa);
-            if (m == 0) sum.x += r; else sum.y += r;
-        }
-    }
-    return sum;
+// The lean loops' rows w0 and w1 of 2-byte aligned blocks of BLOCK_BYTES,
+// as aligned words: a lane's blocks keep one alignment along a row (32
+// blocks of 18 or 34 bytes are a multiple of 4 bytes), so each block is the
+// WORDS words from the word at or below it, and its scale and codes come out
+// by shifts the lane fixes once (s: 16 where the block starts on a word, 32
+// where it starts 2 bytes in): no 2-byte loads, no alignment select a
+// block. The last word may hold 2 bytes past the block: within the buffer,
+// which DeviceBuffer::alloc rounds up to whole words. BLOCK(y, s, a, da, sa)
+// is one block's product from its words y and the Q8_1 block's words a,
+// scale da (times DA_SCALE) and sum sa; the same sums as the loops below,
+// bit for bit.
+#define MV_ALIGNED_ROW2(NAME, BLOCK_BYTES, WORDS, UNROLL, DA_SCALE, BLOCK)                 \
+inline float2 NAME(const __global char *w0, const __global char *w1,                       \
+                   const __global char *arow, long nblocks, int lane) {                    \
+    float2 sum = (float2)(0.0f, 0.0f);                                                      \
+    const __global char *b0 = w0 + lane * (BLOCK_BYTES), *b1 = w1 + lane * (BLOCK_BYTES);   \
+    const uint s0 = (((ulong)b0) & 2) ? 32u : 16u, s1 = (((ulong)b1) & 2) ? 32u : 16u;     \
+    const __global uint *p0 = (const __global uint *)(b0 - (s0 - 16u) / 8u);                \
+    const __global uint *p1 = (const __global uint *)(b1 - (s1 - 16u) / 8u);                \
+    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);             \
+    const long steps = (nblocks - lane + MV_LANES - 1) / MV_LANES;                          \
+    MV_UNROLL_PRAGMA(UNROLL)                                                                \
+    for (long k = 0; k < steps; ++k) {                                                      \
+        uint a[9];                                                                          \
+        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];   \
+        const float da = (DA_SCALE) * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);   \
+        for (int m = 0; m < 2; ++m) {                                                       \
+            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * (BLOCK_BYTES) / 4); \
+            const uint s = m == 0 ? s0 : s1;                                                \
+            uint y[WORDS];                                                                  \
+            _Pragma("unroll") for (int i = 0; i < (WORDS); ++i) y[i] = p[i];                \
+            const float r = BLOCK(y, s, a, da, sa);                                         \
+            if (m == 0) sum.x += r; else sum.y += r;                                        \
+        }                                                                                   \
+    }                                                                                       \
+    return sum;                                                                             \
 }
+// Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a),
+// the high nibbles and the activation's scale as mv_pair_q4_0's (da here is
+// 1/16 of it).
+inline float mv_aligned_q4_0(const uint *y, uint s, const uint *a, float da, float sa) {
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int q = (int)mv_funnel(y[i], y[i + 1], s);
+        lo = dot4(q & 0x0F0F0F0F, (int)a[1 + i], lo);
+        hi = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], hi);
+    }
+    return mv_half_bits(y[0] >> (s - 16u)) * (da * (float)(16 * lo + hi) - 8.0f * sa);
+}
+// Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
+inline float mv_aligned_q8_0(const uint *y, uint s, const uint *a, float da, float sa) {
+    int isum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) isum = dot4((int)mv_funnel(y[i], y[i + 1], s), (int)a[1 + i], isum);
+    return mv_half_bits(y[0] >> (s - 16u)) * da * (float)isum;
+}
+MV_ALIGNED_ROW2(mv_row2_words_q4_0, 18, 5, MV_UNROLL_Q4_0, 0.0625f, mv_aligned_q4_0)
+MV_ALIGNED_ROW2(mv_row2_q8_0, 34, 9, MV_UNROLL, 1.0f, mv_aligned_q8_0)
 #else
+// Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
 inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
                                  const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
@@ -186,35 +200,8 @@ MV_UNROLL_PRAGMA(MV_UNROLL_Q4_0)
     }
     return sum;
 }
-#endif
 
 // Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
-#ifdef MV_LEAN_LOOPS
-// By aligned words (MV_ALIGNED_ROWS), a block the 9 words at or below it.
-inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
-                           const __global char *arow, long nblocks, int lane) {
-    float2 sum = (float2)(0.0f, 0.0f);
-    MV_ALIGNED_ROWS(34)
-MV_UNROLL_PRAGMA(MV_UNROLL)
-    for (long k = 0; k < steps; ++k) {
-        uint a[9];
-        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
-        const float da = mv_half_bits(a[0]);
-        for (int m = 0; m < 2; ++m) {
-            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * 34 / 4);
-            const uint s = m == 0 ? s0 : s1;
-            uint y[9];
-            _Pragma("unroll") for (int i = 0; i < 9; ++i) y[i] = p[i];
-            int isum = 0;
-            _Pragma("unroll") for (int i = 0; i < 8; ++i)
-                isum = dot4((int)mv_funnel(y[i], y[i + 1], s), (int)a[1 + i], isum);
-            const float r = mv_half_bits(y[0] >> (s - 16u)) * da * (float)isum;
-            if (m == 0) sum.x += r; else sum.y += r;
-        }
-    }
-    return sum;
-}
-#else
 inline float2 mv_row2_q8_0(const __global char *w0, const __global char *w1,
                            const __global char *arow, long nblocks, int lane) {
     float2 sum = (float2)(0.0f, 0.0f);
