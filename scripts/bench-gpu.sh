@@ -361,37 +361,43 @@ tiles() { # prompt speed per tensor-core tile shape (docs/perf.md step 16)
   done
 }
 
-regs() { # registers a work-item of every kernel in polycl's program cache (PTX on NVIDIA),
-  # from ptxas -v: run polycl first so that the programs of interest are built and cached
-  local ptxas f
-  ptxas=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -n 1)
-  [[ -n $ptxas ]] || { echo "regs: no ptxas (the CUDA toolkit) on this machine"; return 1; }
+cached_ptx() { # runs "$@" FILE on each PTX program in polycl's program cache (NVIDIA's
+  # binaries are PTX), FILE a NUL-free copy of it; PTXAS names ptxas meanwhile
+  local f PTXAS
+  PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -n 1)
+  [[ -n $PTXAS ]] || { echo "${FUNCNAME[1]}: no ptxas (the CUDA toolkit) on this machine"; return 1; }
   for f in "${POLYCL_PROGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polycl}"/*.bin; do
     head -c 4096 "$f" | grep -q '^\.target' || continue
-    tr -d '\000' < "$f" > "$W/regs.ptx"
-    # The count follows its function's "properties for" line; a function with no count of
-    # its own (a non-inlined callee) only renames the next one.
-    "$ptxas" -arch=sm_90 -v "$W/regs.ptx" -o /dev/null 2>&1 |
-      awk '/Function properties for/ {f = $NF} /Used [0-9]+ registers/ {print f, $5}'
-  done | sort -u
+    tr -d '\000' < "$f" > "$W/cached.ptx"
+    "$@" "$W/cached.ptx"
+  done
+}
+
+regs() { # registers a work-item of every kernel in polycl's program cache, from ptxas -v:
+  # run polycl first so that the programs of interest are built and cached
+  cached_ptx regs_of | sort -u
+}
+regs_of() { # FILE: the registers of each kernel in a PTX file
+  # The count follows its function's "properties for" line; a function with no count of
+  # its own (a non-inlined callee) only renames the next one.
+  "$PTXAS" -arch=sm_90 -v "$1" -o /dev/null 2>&1 |
+    awk '/Function properties for/ {f = $NF} /Used [0-9]+ registers/ {print f, $5}'
 }
 
 loops() { # the dp4a loops of kernels (names as arguments) in polycl's program cache, in the
   # driver's own code: each cached PTX that holds one, assembled by ptxas for sm_90, read by
   # scripts/sass-loops.py (instructions an iteration); run polycl first, as for regs
-  local ptxas f k
-  ptxas=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -n 1)
-  [[ -n $ptxas ]] || { echo "loops: no ptxas (the CUDA toolkit) on this machine"; return 1; }
   export CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -n 1)}
-  for f in "${POLYCL_PROGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polycl}"/*.bin; do
-    head -c 4096 "$f" | grep -q '^\.target' || continue
-    tr -d '\000' < "$f" > "$W/loops.ptx"
-    for k in "$@"; do
-      grep -q "\.entry $k(" "$W/loops.ptx" || continue
-      "$ptxas" -arch=sm_90 "$W/loops.ptx" -o "$W/loops.cubin" && python3 scripts/sass-loops.py "$W/loops.cubin" "$@"
-      break
-    done
-  done | sort -u
+  cached_ptx loops_of "$@" | sort -u
+}
+loops_of() { # KERNEL... FILE: loops_of's kernels in a PTX file that holds any of them
+  local file=${!#} k
+  for k in "${@:1:$#-1}"; do
+    grep -q "\.entry $k(" "$file" || continue
+    "$PTXAS" -arch=sm_90 "$file" -o "$W/cached.cubin" &&
+      python3 scripts/sass-loops.py "$W/cached.cubin" "${@:1:$#-1}"
+    return
+  done
 }
 
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine

@@ -170,7 +170,7 @@ impl Device {
     /// Whether programs get NVIDIA's inline PTX (`-DPOLYCL_NVIDIA`): its
     /// dp4a needs sm_61; older NVIDIA GPUs run the portable fallbacks.
     pub fn nvidia_ptx(&self) -> bool {
-        nv_at_least(self.is_nvidia, self.nv_sm, 61)
+        nv_at_least(self.is_nvidia, self.nv_sm, SM_DP4A)
     }
 
     /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`, the
@@ -189,9 +189,14 @@ impl Device {
     /// Whether the tensor-core kernels build here: `mma.sync` m16n8k32 (s8)
     /// and m16n8k16 (f16) and `cp.async` need sm_80.
     pub fn has_mma(&self) -> bool {
-        nv_at_least(self.is_nvidia, self.nv_sm, 80)
+        nv_at_least(self.is_nvidia, self.nv_sm, SM_MMA)
     }
 }
+
+/// The compute capability dp4a needs (the inline PTX of `-DPOLYCL_NVIDIA`).
+pub(crate) const SM_DP4A: u32 = 61;
+/// The compute capability mma.sync (m16n8k32 s8, m16n8k16 f16) and cp.async need.
+pub(crate) const SM_MMA: u32 = 80;
 
 /// Whether an NVIDIA device of compute capability `sm` runs PTX that needs
 /// `min`; a driver that does not report its capability is taken to be recent

@@ -241,12 +241,12 @@ impl BuildTarget {
 
     /// As Device::nvidia_ptx: dp4a needs sm_61.
     pub fn nvidia_ptx(&self) -> bool {
-        super::device::nv_at_least(self.is_nvidia, self.nv_sm, 61)
+        super::device::nv_at_least(self.is_nvidia, self.nv_sm, super::device::SM_DP4A)
     }
 
     /// As Device::has_mma: mma.sync and cp.async need sm_80.
     pub fn has_mma(&self) -> bool {
-        super::device::nv_at_least(self.is_nvidia, self.nv_sm, 80)
+        super::device::nv_at_least(self.is_nvidia, self.nv_sm, super::device::SM_MMA)
     }
 }
 
@@ -339,7 +339,11 @@ pub fn build_source_with(
 /// buffers by address (`BY_ADDRESS` programs where the device allows it),
 /// the group trace's, the hand-off frame's.
 fn program_extra(by_address: bool, traced: &str, handoff: &str) -> String {
-    let address = if by_address { "-DPOLYCL_ADDR=1" } else { "" };
+    let address = if by_address {
+        super::addresses::build_defines(BufferAddresses::All)
+    } else {
+        ""
+    };
     [address, traced, handoff]
         .into_iter()
         .filter(|s| !s.is_empty())
