@@ -37,6 +37,11 @@
 #   CUDA=OFF stage=span bash scripts/bench-gpu.sh  # polycl alone: a decode token's GPU span, the GPU's
 #                                            # idle time between tokens and the host's part of it
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
+#   CUDA=OFF stage=trial bash scripts/bench-gpu.sh  # polycl alone: the settings built but not yet
+#                                            # measured on a GPU (TRIAL_VARS), each: MUL_MAT against the
+#                                            # CPU, then tg128 fa1 off and on, twice (TRIAL_MODELS, default
+#                                            # "m7-q4_0 m7-q8_0 m1-q4_0 m7-q4_k_m"), the kernels' registers
+#                                            # and dp4a loops; scripts/gpu-kit.sh packs its carry
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #                                            # (and `loops KERNEL...`: their dp4a loops' instructions)
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
@@ -400,6 +405,24 @@ loops_of() { # KERNEL... FILE: loops_of's kernels in a PTX file that holds any o
   done
 }
 
+trial() { # TRIAL_VARS (0/1 settings), each against the default: correctness, then speed
+  local v k
+  for v in ${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}; do
+    env "$v=1" GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
+      grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT $v=1: /"
+  done
+  for v in ${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}; do
+    SWEEP_VAR=$v SWEEP_VALUES="0 1" sweep
+  done
+  # Every build the runs above cached: the default's and each setting's kernels.
+  regs | grep -E "mul_mv|group_rope"
+  for k in kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_group_rope_q8_0 kernel_mul_mv_glu_q4_0 \
+    kernel_mul_mv_glu_q8_0 kernel_mul_mv_norm_q4_0 kernel_mul_mv_norm_q8_0 kernel_mul_mv_glu_q4_k \
+    kernel_mul_mv_norm_q6_k; do
+    loops "$k"
+  done
+}
+
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
   local op
   for op in MUL_MAT FLASH_ATTN_EXT ROPE SET_ROWS RMS_NORM; do
@@ -441,6 +464,9 @@ case ${stage:-bench} in
     fi && "$W/$PROBE" ${PROBE_ARGS:-} ;;
   ab | abdepth | sweep | span | groups) # the host built where missing, beside the models
     host_ready || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; "$stage" ;;
+  trial)
+    AB_MODELS=${TRIAL_MODELS:-m7-q4_0 m7-q8_0 m1-q4_0 m7-q4_k_m}
+    host_ready || build & ab_models; wait; tail -1 "$W/build.log" 2>/dev/null; trial ;;
   step) # polycl alone, host without CUDA: the step kernel off and on, and MUL_MAT against the CPU
     build & models; wait; tail -1 "$W/build.log"; step_check
     GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |

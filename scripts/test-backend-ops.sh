@@ -56,8 +56,8 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # the onechunk run takes them as arguments).
       MUL_MAT:fast) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k buffers.by.address" ;;
       # The decode matvecs' lean loops (POLYCL_MV_LEAN=1, mul_mv.cl MV_LEAN): Q4_0's pairs
-      # (the 4096-column cases) and Q8_0's aligned words.
-      MUL_MAT:lean) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0" ;;
+      # (the 4096-column cases), Q8_0's aligned words, Q4_K's and Q6_K's units.
+      MUL_MAT:lean) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k" ;;
       *) want="" ;;
     esac
     log=$(mktemp); rc=0

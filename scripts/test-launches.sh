@@ -165,12 +165,15 @@ grep -qw kernel_mul_mv_group_rope_q4_0_staged <<<"$out" ||
   { echo "FAIL: the Q4_0 model's tokens with POLYCL_MV_STAGED=1 differ from the CPU backend's"; fail=1; }
 # The lean matvec loops (POLYCL_MV_LEAN=1, mul_mv.cl MV_LEAN): their sums are the default
 # loops' bit for bit, so the tokens equal the CPU backend's on the Q8_0 model and the Q4_0 model
-# (whose short rows take a Q4_0 block a lane), whose tokens move when their matvecs' sums do, and
-# on the wide model (whose rows take the Q4_0 pairs).
+# (whose short rows take a Q4_0 block a lane), whose tokens move when their matvecs' sums do, on
+# the wide model (whose rows take the Q4_0 pairs) and on the Q4_K_M model (Q4_K and Q6_K units).
 Q80="$(dirname "$Q40")/model-Q8_0.gguf"
 q80_cpu=$("$GREEDY" -m "$Q80" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev none 2>&1 | grep '^tokens:') ||
   die "CPU generation with the Q8_0 model failed"
-for case in "Q8_0 model:$Q80:$q80_cpu" "Q4_0 model:$Q40:$q40_cpu" "wide model:$WIDE:$wide_cpu"; do
+qkm_cpu=$("$GREEDY" -m "$QKM" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev none 2>&1 | grep '^tokens:') ||
+  die "CPU generation with the Q4_K_M model failed"
+for case in "Q8_0 model:$Q80:$q80_cpu" "Q4_0 model:$Q40:$q40_cpu" "wide model:$WIDE:$wide_cpu" \
+  "Q4_K_M model:$QKM:$qkm_cpu"; do
   IFS=: read -r label model cpu <<<"$case"
   out=$(POLYCL_MV_LEAN=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$model" \
     --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 2>&1) || { echo "$out" | tail -n 3 || true; }

@@ -66,7 +66,7 @@ inline int dot4_u8(int a, int b, int c) {
     asm volatile("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
-// The low word of (hi:lo) >> s for s in 16..32; 32 gives hi.
+// The low word of (hi:lo) >> s for s in 0..32; 32 gives hi.
 inline uint mv_funnel(uint lo, uint hi, uint s) {
     uint r;
     asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
@@ -491,8 +491,155 @@ inline float2 NAME(const __global char *w0, const __global char *w1,            
 }
 #define Q4_K_UNIT(wb) mv_unit_q4_K((wb), j, a, da, sa)
 #define Q6_K_UNIT(wb) mv_unit_q6_K((wb), j, a, da)
+#ifdef MV_LEAN_LOOPS
+// The lean K-quant loops (the same sums, bit for bit). A lane's unit of
+// each super-block is the same along a row (32 lanes, 8 units a
+// super-block), so where its codes, scale and min sit in a block, which
+// nibble it takes and how its block is aligned are fixed once a lane;
+// a step is whole-word loads and shifts by those constants, where the units
+// above index and branch by the unit a block and take bytes and halves.
+MV_ROW2_K(mv_row2_units_q4_K, Q4_K_UNIT, 144)
+
+// Q4_K: a super-block's head (d, dmin, the 12 bytes of scales and mins)
+// and the lane's 32 code bytes are three 16-byte loads (16-byte aligned
+// rows: all but views at odd offsets, which take the units above). Sub-block
+// j's 6-bit scale and min from the head's words: for j < 4 the low 6 bits of
+// byte j of scales[0..4) and [4..8); for j >= 4 a nibble of byte j - 4 of
+// scales[8..12) and the top 2 bits of byte j - 4 of the first two words.
+// Odd sub-blocks' high nibbles in place by dot4_u8, 16 times their sum,
+// which the lane's activation scale takes out (the 1/16 and the 16 are
+// exact, as for Q4_0's pairs).
+inline float mv_lean_q4_K(const __global uint4 *blk, int cw, uint code_mask, int hi_sub,
+                          uint js, uint lo_mask, uint hi_mask, uint m_shift, const uint *a,
+                          float da, float sa) {
+    const uint4 h = blk[0], c0 = blk[cw], c1 = blk[cw + 1];
+    const uint sw = hi_sub ? h.w : h.y, mw = hi_sub ? h.w : h.z;
+    const int sc = (int)(((sw >> js) & lo_mask) | ((h.y >> (js + 2u)) & hi_mask));
+    const int m = (int)(((mw >> m_shift) & lo_mask) | ((h.z >> (js + 2u)) & hi_mask));
+    int isum = 0;
+    isum = dot4_u8((int)(c0.x & code_mask), (int)a[1], isum);
+    isum = dot4_u8((int)(c0.y & code_mask), (int)a[2], isum);
+    isum = dot4_u8((int)(c0.z & code_mask), (int)a[3], isum);
+    isum = dot4_u8((int)(c0.w & code_mask), (int)a[4], isum);
+    isum = dot4_u8((int)(c1.x & code_mask), (int)a[5], isum);
+    isum = dot4_u8((int)(c1.y & code_mask), (int)a[6], isum);
+    isum = dot4_u8((int)(c1.z & code_mask), (int)a[7], isum);
+    isum = dot4_u8((int)(c1.w & code_mask), (int)a[8], isum);
+    return da * mv_half_bits(h.x) * (float)sc * (float)isum -
+           mv_half_bits(h.x >> 16) * (float)m * sa;
+}
+inline float2 mv_row2_q4_K(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long units, int lane) {
+    if (((((ulong)w0) | ((ulong)w1)) & 15) != 0)
+        return mv_row2_units_q4_K(w0, w1, arow, units, lane);
+    const int j = lane & 7, hi_sub = j >= 4;
+    const uint js = 8u * (uint)(j & 3);
+    const uint code_mask = (j & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+    const float da_scale = (j & 1) ? 0.0625f : 1.0f;
+    const uint lo_mask = hi_sub ? 0xFu : 0x3Fu, hi_mask = hi_sub ? 0x30u : 0u;
+    const uint m_shift = js + (hi_sub ? 4u : 0u);
+    const int cw = 1 + 2 * (j >> 1); // the lane's codes: bytes 16 + 32 (j / 2) of a block
+    const __global uint4 *p0 = (const __global uint4 *)(w0 + (lane >> 3) * 144);
+    const __global uint4 *p1 = (const __global uint4 *)(w1 + (lane >> 3) * 144);
+    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);
+    const int steps = (int)((units - lane + MV_LANES - 1) / MV_LANES);
+    float2 sum = (float2)(0.0f, 0.0f);
+    MV_UNROLL_PRAGMA(MV_UNROLL)
+    for (int k = 0; k < steps; ++k) {
+        uint a[9];
+        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[i];
+        const float da = da_scale * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);
+        sum.x += mv_lean_q4_K(p0, cw, code_mask, hi_sub, js, lo_mask, hi_mask, m_shift, a, da, sa);
+        sum.y += mv_lean_q4_K(p1, cw, code_mask, hi_sub, js, lo_mask, hi_mask, m_shift, a, da, sa);
+        // A step is 4 super-blocks of 144 bytes (36 16-byte words) and 32 Q8_1 blocks.
+        p0 += 36;
+        p1 += 36;
+        pa += MV_LANES * 9;
+    }
+    return sum;
+}
+
+// Q6_K: blocks of 210 bytes sit 0 or 2 bytes past a word, the same for a
+// lane along a row (a step is 4 blocks, 840 bytes), so each row's blocks are
+// read as aligned words from `base` (the word at or below the lane's first
+// block) and each code word is a funnel shift of two: the low nibbles by
+// `sl`, the high 2 bits by `sh` into bits 4-5 of each byte (from the word
+// before qh where the shift would go negative). `qh`, `scw` are word indices
+// in a block, `scb` and `db` bit positions of the lane's two scales and of d.
+typedef struct {
+    const __global uint *base;
+    uint sl, sh, scb, db;
+    int qh, scw;
+} mv_lean_q6_K_row;
+inline mv_lean_q6_K_row mv_lean_q6_K_at(const __global char *w, int lane) {
+    const int g = lane & 7, n = g >> 2, k = g & 3;
+    const __global char *blk = w + (lane >> 3) * 210;
+    const uint off = (uint)(((ulong)blk) & 2);
+    const uint shh = 2u * (uint)k;
+    const int back = off == 0 && shh < 4;
+    mv_lean_q6_K_row r;
+    r.base = (const __global uint *)(blk - off);
+    r.sl = 8u * off + 4u * (uint)(k >> 1);
+    r.sh = off != 0 ? 12u + shh : (back ? 28u + shh : shh - 4u);
+    r.qh = (128 + 32 * n) / 4 - back;
+    r.scw = (int)((192u + 2u * (uint)g + off) / 4u);
+    r.scb = 8u * ((2u * (uint)g + off) & 3u);
+    r.db = 8u * off;
+    return r;
+}
+// One row's unit from its block's words at p: ql word qlw (the lane's), the
+// activation's words a, scale da and half sums as0, as1.
+inline float mv_lean_q6_K(const __global uint *p, mv_lean_q6_K_row r, int qlw, const uint *a,
+                          float da, int as0, int as1) {
+    uint lw[9], hw[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+        lw[i] = p[qlw + i];
+        hw[i] = p[r.qh + i];
+    }
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int code = (int)((mv_funnel(lw[i], lw[i + 1], r.sl) & 0x0F0F0F0Fu) |
+                               (mv_funnel(hw[i], hw[i + 1], r.sh) & 0x30303030u));
+        if (i < 4)
+            s0 = dot4(code, (int)a[1 + i], s0);
+        else
+            s1 = dot4(code, (int)a[1 + i], s1);
+    }
+    const uint sw = p[r.scw];
+    const float sc0 = (float)((int)(sw << (24u - r.scb)) >> 24);
+    const float sc1 = (float)((int)(sw << (16u - r.scb)) >> 24);
+    const float d = mv_half_bits(p[52] >> r.db);
+    return da * d * (sc0 * (float)(s0 - 32 * as0) + sc1 * (float)(s1 - 32 * as1));
+}
+inline float2 mv_row2_q6_K(const __global char *w0, const __global char *w1,
+                           const __global char *arow, long units, int lane) {
+    const int g = lane & 7;
+    const int qlw = 16 * (g >> 2) + 8 * (g & 1);
+    const mv_lean_q6_K_row r0 = mv_lean_q6_K_at(w0, lane), r1 = mv_lean_q6_K_at(w1, lane);
+    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);
+    const int steps = (int)((units - lane + MV_LANES - 1) / MV_LANES);
+    const int ones = 0x01010101;
+    float2 sum = (float2)(0.0f, 0.0f);
+    MV_UNROLL_PRAGMA(MV_UNROLL)
+    for (int k = 0; k < steps; ++k) {
+        uint a[9];
+        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
+        const float da = mv_half_bits(a[0]);
+        int as0 = 0, as1 = 0;
+        as0 = dot4(ones, (int)a[1], dot4(ones, (int)a[2], dot4(ones, (int)a[3], dot4(ones, (int)a[4], as0))));
+        as1 = dot4(ones, (int)a[5], dot4(ones, (int)a[6], dot4(ones, (int)a[7], dot4(ones, (int)a[8], as1))));
+        // A step is 4 blocks of 210 bytes: 210 words.
+        sum.x += mv_lean_q6_K(r0.base + k * 210, r0, qlw, a, da, as0, as1);
+        sum.y += mv_lean_q6_K(r1.base + k * 210, r1, qlw, a, da, as0, as1);
+    }
+    return sum;
+}
+#else
 MV_ROW2_K(mv_row2_q4_K, Q4_K_UNIT, 144)
 MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
+#endif
 
 // Q4_0 and Q8_0 matvecs: each row group (32 lanes) computes two adjacent
 // rows in one pass (mv_row2_*), so twice the weight loads are in flight and
