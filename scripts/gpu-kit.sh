@@ -6,6 +6,7 @@
 #   target/gpu/bin       the pinned CPU-only host (scripts/host.sh), for HOST_BIN: the polycl-only
 #                        stages then build nothing on the device
 #   target/gpu/polycl.so the release library, stripped (POLYCL_LIB)
+#   target/gpu/models    the quantized test models (scripts/models.sh), for greedy_check
 # Then, on the device (scripts/gpu-job.sh keeps a stage running across calls):
 #   bash scripts/gpu-job.sh start 'POLYCL_LIB=$PWD/target/gpu/polycl.so HOST_BIN=$PWD/target/gpu/bin \
 #     CUDA=OFF stage=trial bash scripts/bench-gpu.sh'
@@ -29,6 +30,8 @@ rm -rf target/gpu/bin
 mkdir -p target/gpu/bin
 # The libraries and the tools the stages run; the host's build folder holds object files too.
 cp -a "$HOST"/build/bin/. target/gpu/bin/
+mkdir -p target/gpu/models
+cp "$(bash scripts/models.sh | tail -n 1)"/model-{Q4_0,Q8_0,Q4_K_M}.gguf target/gpu/models/
 cargo build --release
 strip -o target/gpu/polycl.so target/release/libggml_polycl.so
 du -sh .ocl target/gpu
