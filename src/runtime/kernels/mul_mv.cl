@@ -566,6 +566,8 @@ inline float2 mv_row2_q4_K(const __global char *w0, const __global char *w1,
 // `sl`, the high 2 bits by `sh` into bits 4-5 of each byte (from the word
 // before qh where the shift would go negative). `qh`, `scw` are word indices
 // in a block, `scb` and `db` bit positions of the lane's two scales and of d.
+// d's word may hold 2 bytes past the block: within the buffer, which
+// DeviceBuffer::alloc rounds up to whole words.
 typedef struct {
     const __global uint *base;
     uint sl, sh, scb, db;
