@@ -406,21 +406,19 @@ loops_of() { # KERNEL... FILE: loops_of's kernels in a PTX file that holds any o
 }
 
 trial() { # TRIAL_VARS (0/1 settings), each against the default: correctness, then speed
-  local v k
-  for v in ${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}; do
+  local v vars=${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}
+  for v in $vars; do
     env "$v=1" GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
       grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT $v=1: /"
   done
-  for v in ${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}; do
+  for v in $vars; do
     SWEEP_VAR=$v SWEEP_VALUES="0 1" sweep
   done
   # Every build the runs above cached: the default's and each setting's kernels.
   regs | grep -E "mul_mv|group_rope"
-  for k in kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_group_rope_q8_0 kernel_mul_mv_glu_q4_0 \
+  loops kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_group_rope_q8_0 kernel_mul_mv_glu_q4_0 \
     kernel_mul_mv_glu_q8_0 kernel_mul_mv_norm_q4_0 kernel_mul_mv_norm_q8_0 kernel_mul_mv_glu_q4_k \
-    kernel_mul_mv_norm_q6_k; do
-    loops "$k"
-  done
+    kernel_mul_mv_norm_q6_k
 }
 
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine

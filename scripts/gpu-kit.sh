@@ -16,8 +16,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/common.sh
 HOST=$(bash scripts/host.sh | tail -n 1)
 mkdir -p .ocl target/gpu
-grep -qx '/.ocl/' .gitignore 2>/dev/null || grep -qx '/.ocl/' .git/info/exclude 2>/dev/null ||
-  echo /.ocl/ >> .git/info/exclude
 if ! ls .ocl/ocl-icd-libopencl1_*.deb >/dev/null 2>&1; then
   (cd .ocl && apt-get download ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers clinfo)
 fi
