@@ -38,10 +38,12 @@
 #                                            # idle time between tokens and the host's part of it
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
 #   CUDA=OFF stage=trial bash scripts/bench-gpu.sh  # polycl alone: the settings built but not yet
-#                                            # measured on a GPU (TRIAL_VARS), each: MUL_MAT against the
-#                                            # CPU, then tg128 fa1 off and on, twice (TRIAL_MODELS, default
-#                                            # "m7-q4_0 m7-q8_0 m1-q4_0 m7-q4_k_m"), the kernels' registers
-#                                            # and dp4a loops; scripts/gpu-kit.sh packs its carry
+#                                            # measured on a GPU (TRIAL_VARS), each: MUL_MAT against
+#                                            # the CPU backend, greedy tokens against the default's,
+#                                            # tg128 fa1 off and on, twice (TRIAL_MODELS, default "m7-q4_0
+#                                            # m7-q8_0 m1-q4_0 m7-q4_k_m"), a decode step's device time
+#                                            # by kernel off and on, the kernels' registers and dp4a
+#                                            # loops; scripts/gpu-kit.sh packs its carry
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #                                            # (and `loops KERNEL...`: their dp4a loops' instructions)
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
@@ -80,8 +82,12 @@ if [[ -n $CARRIED_HOST ]]; then
   export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
 fi
 
-build() {
+vendor_src() { # the pinned llama.cpp source under $W/vendor (its headers serve host_greedy)
   if [[ ! -d $W/vendor/llama.cpp ]]; then tar xzf .ocl/llama-src.tgz -C "$W"; touch "$W/vendor/llama.cpp/ggml/ggml.pc.in"; fi
+}
+
+build() {
+  vendor_src
   local dir=$BUILD targets=(llama-bench ggml-cpu test-backend-ops)
   if [[ -n $CARRIED_HOST ]]; then # the carried host; only the CUDA backend is missing
     [[ $WITH_CUDA == ON && ! -f $BIN/libggml-cuda.so ]] || { echo "build rc=0 (carried host)" >> "$W/build.log"; return; }
@@ -129,6 +135,7 @@ PY
 }
 
 host_greedy() { # examples/greedy.c against the host's libraries
+  vendor_src
   cc -O2 -o "$W/greedy" examples/greedy.c -I"$W/vendor/llama.cpp/include" \
     -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
 }
@@ -411,14 +418,55 @@ trial() { # TRIAL_VARS (0/1 settings), each against the default: correctness, th
     env "$v=1" GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
       grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT $v=1: /"
   done
+  trial_greedy $vars
   for v in $vars; do
     SWEEP_VAR=$v SWEEP_VALUES="0 1" sweep
   done
+  trial_profile $vars
   # Every build the runs above cached: the default's and each setting's kernels.
   regs | grep -E "mul_mv|group_rope"
   loops kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_group_rope_q8_0 kernel_mul_mv_glu_q4_0 \
     kernel_mul_mv_glu_q8_0 kernel_mul_mv_norm_q4_0 kernel_mul_mv_norm_q8_0 kernel_mul_mv_glu_q4_k \
     kernel_mul_mv_norm_q6_k
+}
+
+trial_greedy() { # VAR...: each setting's greedy tokens against the default's (the lean and staged
+  # loops make the same sums, so the same tokens; the CPU backend's may differ where two logits
+  # nearly tie, as the Q8_1 activations round otherwise) on the small test models
+  # (target/gpu/models) and the 1B Q4_0, fa on and off: the fused decode kernels that MUL_MAT
+  # never launches, and NVIDIA's own paths (cp.async) that PoCL never takes
+  local m fa v ref got cpu
+  host_greedy || return
+  for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
+    [[ -f $m ]] || continue
+    for fa in on off; do
+      cpu=$("$W/greedy" -m "$m" --dev none --fa $fa -n 16 --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
+      ref=$(GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
+        --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
+      echo "greedy $(basename "$m") fa=$fa default: $ref$([[ $ref == "$cpu" ]] && echo " (the CPU's)" || echo " (CPU: ${cpu#tokens: })")"
+      for v in "$@"; do
+        got=$(env "$v=1" GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
+          --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
+        if [[ -n $ref && $ref == "$got" ]]; then echo "  $v=1: the same"
+        else echo "  $v=1: DIFFERENT: $got"; fi
+      done
+    done
+  done
+}
+
+trial_profile() { # VAR...: a decode step's device time by kernel (POLYCL_PROFILE=1, the last of 8
+  # tokens, fa on) with each setting off and on, on each AB_MODELS model: which kernels a setting
+  # speeds up or slows down, where tg128 gives only the sum
+  local m v s
+  for m in $AB_MODELS; do
+    for v in "$@"; do
+      for s in 0 1; do
+        env "$v=$s" POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$W/$m.gguf" \
+          --dev POLYCL0 --fa on -n 8 --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "profile:" | tail -n 1 |
+          sed "s/^.*profile: /$m $v=$s: /"
+      done
+    done
+  done
 }
 
 backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU machine
