@@ -148,10 +148,11 @@ echo "wide model, POLYCL_MVN_SPLIT=2: polycl $split"
 grep -qw kernel_mul_mv_norm2_q4_0 <<<"$out" || { echo "FAIL: POLYCL_MVN_SPLIT=2 runs no kernel_mul_mv_norm2_q4_0"; fail=1; }
 [[ -n "$split" && "$split" == "$wide_cpu" ]] ||
   { echo "FAIL: the wide model's tokens with POLYCL_MVN_SPLIT=2 differ from the CPU backend's"; fail=1; }
-# The Q/K/V + rope kernel with its row pairs staged in local memory (POLYCL_MV_STAGED=1,
-# kernel_mul_mv_group_rope_q4_0_staged; cp.async on NVIDIA, plain copies here): the Q4_0 test
-# model's tokens, which move when that kernel's results do (the wide model's do not), equal the
-# CPU backend's.
+# The Q/K/V + rope and GLU kernels with their row pairs staged in local memory
+# (POLYCL_MV_STAGED=1, kernel_mul_mv_group_rope_q4_0_staged and kernel_mul_mv_glu_q4_0_staged;
+# cp.async on NVIDIA, plain copies here): the Q4_0 test model's tokens, which move when either
+# kernel's results do (the wide model's do not; a staged GLU 5% off changed them), equal the CPU
+# backend's.
 Q40="$(bash "$POLYCL_ROOT/scripts/models.sh" | tail -n 1)/model-Q4_0.gguf"
 q40_cpu=$("$GREEDY" -m "$Q40" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev none 2>&1 | grep '^tokens:') ||
   die "CPU generation with the Q4_0 model failed"
@@ -159,8 +160,9 @@ out=$(POLYCL_MV_STAGED=1 POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$
   --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | grep -v launches | tail -n 3 || true; }
 staged=$(echo "$out" | grep '^tokens:' || true)
 echo "Q4_0 model, POLYCL_MV_STAGED=1: CPU $q40_cpu; polycl $staged"
-grep -qw kernel_mul_mv_group_rope_q4_0_staged <<<"$out" ||
-  { echo "FAIL: POLYCL_MV_STAGED=1 runs no kernel_mul_mv_group_rope_q4_0_staged"; fail=1; }
+for k in kernel_mul_mv_group_rope_q4_0_staged kernel_mul_mv_glu_q4_0_staged; do
+  grep -qw $k <<<"$out" || { echo "FAIL: POLYCL_MV_STAGED=1 runs no $k"; fail=1; }
+done
 [[ -n "$staged" && "$staged" == "$q40_cpu" ]] ||
   { echo "FAIL: the Q4_0 model's tokens with POLYCL_MV_STAGED=1 differ from the CPU backend's"; fail=1; }
 # The lean matvec loops (POLYCL_MV_LEAN=1, mul_mv.cl MV_LEAN): their sums are the default

@@ -855,12 +855,14 @@ MV_NORMED_KERNEL(kernel_mul_mv_normed_q6_k, mv_row2_q6_K)
 #define MV_GLU_BUFS(R, W)                                                                   \
     R(const char, wg) R(const char, wu) R(const char, act) W(char, dglu) W(char, dgate)     \
     W(char, dup) W(char, q8) MV_NORM_BUF(R)
-#define MV_GLU_KERNEL(NAME, ROWDOT2, WARPS)                                                 \
+// STAGE: local arrays of ROWDOT2's own (the staged kernel's), or nothing.
+#define MV_GLU_KERNEL(NAME, ROWDOT2, WARPS, STAGE)                                          \
 kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                                     \
     PK_BEGIN_BUFS(MV_GLU_BUFS)                                                              \
     PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate)          \
     PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8) PK_MV_NORM                               \
     LOCAL_ARRAY(float, scratch_all, WARPS * MV_LANES);                                      \
+    STAGE                                                                                   \
     LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, lu, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, ly, GLU_ROWS);                                                       \
@@ -909,15 +911,27 @@ kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                         
     PK_END                                                                                  \
 }
 
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0, GLU_WARPS)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K, GLU_WARPS)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS, )
+MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0, GLU_WARPS, )
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K, GLU_WARPS, )
+MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS, )
 #ifndef POLYCL_STEP
 // 16 warps a work-group whatever GLU_WARPS is, for GLUs of few work-groups
 // (plan/fused_matmul.rs `glu_shape`): two row pairs a warp in sequence
 // instead of four.
-MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_words_q4_0, 16)
+MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_words_q4_0, 16, )
+#endif
+// The Q4_0 GLU with its row pairs staged (MV_STAGE above), built only with
+// config.rs POLYCL_MV_STAGED: a warp's gate and up rows (4096 columns: the
+// whole of both) are one copy in flight and one round trip, where the pairs
+// take two, and a warp takes its four row pairs in sequence. GLU_WARPS
+// stages a work-group: 36 KiB of local memory at 8 warps.
+#if defined(MV_STAGE_OK) && defined(POLYCL_MV_STAGED)
+#define GLU_STAGE LOCAL_ARRAY(uint4, mv_stage4, GLU_WARPS * MV_STAGE_WORDS / 4);
+#define mv_row2_q4_0_staged_glu(w0, w1, arow, nblocks, lane)                                 \
+    mv_row2_q4_0_staged(w0, w1, arow, nblocks, lane,                                        \
+                        (__local uint *)mv_stage4 + warp * MV_STAGE_WORDS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0_staged, mv_row2_q4_0_staged_glu, GLU_WARPS, GLU_STAGE)
 #endif
 
 #ifndef POLYCL_STEP
