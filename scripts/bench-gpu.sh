@@ -38,7 +38,8 @@
 #                                            # idle time between tokens and the host's part of it
 #                                            # (POLYCL_PROFILE=span medians, AB_MODELS)
 #   CUDA=OFF stage=trial bash scripts/bench-gpu.sh  # polycl alone: the settings built but not yet
-#                                            # measured on a GPU (TRIAL_VARS), each: MUL_MAT against
+#                                            # measured on a GPU (TRIAL_VARS: VAR, off 0 and on 1,
+#                                            # or VAR=OFF/ON), each: MUL_MAT against
 #                                            # the CPU backend, greedy tokens against the default's,
 #                                            # tg128 fa1 off and on, twice (TRIAL_MODELS, default "m7-q4_0
 #                                            # m7-q8_0 m1-q4_0 m7-q4_k_m"), a decode step's device time
@@ -140,6 +141,19 @@ host_greedy() { # examples/greedy.c against the host's libraries
     -I"$W/vendor/llama.cpp/ggml/include" -L"$BIN" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$BIN"
 }
 
+greedy_tokens() { # DEV MODEL FA [VAR=value...]: the "tokens:" line of GREEDY_N (32) greedy tokens
+  # after GREEDY_PROMPT (40) prompt tokens on DEV: CUDA0 (the CUDA backend loaded as the
+  # GGML_BACKEND_PATH library), none (the CPU backend) or a polycl device ($LIB); host_greedy first
+  local dev=$1 m=$2 fa=$3 load=(GGML_BACKEND_PATH="$LIB")
+  shift 3
+  case $dev in
+    CUDA0) load=(GGML_BACKEND_PATH="$BIN/libggml-cuda.so") ;;
+    none) load=(-u GGML_BACKEND_PATH) ;;
+  esac
+  env "${load[@]}" "$@" timeout 120 "$W/greedy" -m "$m" --dev "$dev" --fa "$fa" -n "${GREEDY_N:-32}" \
+    --prompt-tokens "${GREEDY_PROMPT:-40}" -b 16 2>/dev/null | grep '^tokens:'
+}
+
 greedy_check() { # same greedy tokens from CUDA and polycl on the small test models
   # (scripts/models.sh output copied to target/gpu/models and carried along)
   local m fa a b
@@ -147,9 +161,8 @@ greedy_check() { # same greedy tokens from CUDA and polycl on the small test mod
   for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
     [[ -f $m ]] || continue
     for fa in on off; do
-      # The CUDA backend is loaded as "the" GGML_BACKEND_PATH library for the reference.
-      a=$(GGML_BACKEND_PATH=$BIN/libggml-cuda.so "$W/greedy" -m "$m" --dev CUDA0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
-      b=$(GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      a=$(greedy_tokens CUDA0 "$m" $fa)
+      b=$(greedy_tokens POLYCL0 "$m" $fa)
       if [[ -n "$a" && "$a" == "$b" ]]; then echo "greedy $(basename "$m") fa=$fa: same tokens"
       else echo "greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  CUDA   $a"; echo "  polycl $b"; fi
     done
@@ -169,10 +182,8 @@ step_check() { # the step kernel (POLYCL_STEP) off and on: decode speed, greedy 
   for m in target/gpu/models/*.gguf "$W/m1-q4_0.gguf"; do
     [[ -f $m ]] || continue
     for fa in on off; do
-      a=$(POLYCL_STEP=0 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 \
-        --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
-      b=$(POLYCL_STEP=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 32 \
-        --prompt-tokens 40 -b 16 2>/dev/null | grep '^tokens:')
+      a=$(greedy_tokens POLYCL0 "$m" $fa POLYCL_STEP=0)
+      b=$(greedy_tokens POLYCL0 "$m" $fa POLYCL_STEP=1)
       if [[ -n "$a" && "$a" == "$b" ]]; then echo "step greedy $(basename "$m") fa=$fa: same tokens"
       else echo "step greedy $(basename "$m") fa=$fa: DIFFERENT"; echo "  step 0 $a"; echo "  step 1 $b"; fi
     done
@@ -412,58 +423,72 @@ loops_of() { # KERNEL... FILE: loops_of's kernels in a PTX file that holds any o
   done
 }
 
-trial() { # TRIAL_VARS (0/1 settings), each against the default: correctness, then speed
-  local v vars=${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED}
-  for v in $vars; do
-    env "$v=1" GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
-      grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT $v=1: /"
+trial() { # TRIAL_VARS, each setting off and on: correctness, then speed. An entry is VAR (off 0,
+  # on 1) or VAR=OFF/ON (POLYCL_MVN_SPLIT=1/2)
+  local e var off on entries=${TRIAL_VARS:-POLYCL_MV_LEAN POLYCL_MV_STAGED POLYCL_MVN_SPLIT=1/2}
+  for e in $entries; do
+    read -r var off on <<<"$(trial_entry "$e")"
+    env "$var=$on" GGML_BACKEND_PATH=$LIB timeout 300 "$BIN/test-backend-ops" -b POLYCL0 -o MUL_MAT 2>&1 |
+      grep -E "tests passed|FAIL" | head -n 5 | sed "s/^/MUL_MAT $var=$on: /"
   done
-  trial_greedy $vars
-  for v in $vars; do
-    SWEEP_VAR=$v SWEEP_VALUES="0 1" sweep
+  trial_greedy $entries
+  for e in $entries; do
+    read -r var off on <<<"$(trial_entry "$e")"
+    SWEEP_VAR=$var SWEEP_VALUES="$off $on" sweep
   done
-  trial_profile $vars
+  trial_profile $entries
   # Every build the runs above cached: the default's and each setting's kernels.
   regs | grep -E "mul_mv|group_rope"
   loops kernel_mul_mv_group_rope_q4_0 kernel_mul_mv_group_rope_q8_0 kernel_mul_mv_glu_q4_0 \
-    kernel_mul_mv_glu_q8_0 kernel_mul_mv_norm_q4_0 kernel_mul_mv_norm_q8_0 kernel_mul_mv_glu_q4_k \
-    kernel_mul_mv_norm_q6_k
+    kernel_mul_mv_glu_q8_0 kernel_mul_mv_norm_q4_0 kernel_mul_mv_norm_q8_0 kernel_mul_mv_norm2_q8_0 \
+    kernel_mul_mv_glu_q4_k kernel_mul_mv_norm_q6_k
 }
 
-trial_greedy() { # VAR...: each setting's greedy tokens against the default's (the lean and staged
-  # loops make the same sums, so the same tokens; the CPU backend's may differ where two logits
-  # nearly tie, as the Q8_1 activations round otherwise) on the small test models
-  # (target/gpu/models) and the 1B Q4_0, fa on and off: the fused decode kernels that MUL_MAT
-  # never launches, and NVIDIA's own paths (cp.async) that PoCL never takes
-  local m fa v ref got cpu
+trial_entry() { # ENTRY: "VAR OFF ON" of a TRIAL_VARS entry
+  if [[ $1 == *=*/* ]]; then
+    local vals=${1#*=}
+    echo "${1%%=*} ${vals%/*} ${vals#*/}"
+  else
+    echo "$1 0 1"
+  fi
+}
+
+trial_greedy() { # ENTRY...: each setting's greedy tokens against the default's on the small test
+  # models (target/gpu/models) and the 1B Q4_0, fa on and off: the fused decode kernels that
+  # MUL_MAT never launches, and NVIDIA's own paths (cp.async) that PoCL never takes. The lean and
+  # staged loops make the default's sums, so any other token is a bug; a split row's sums round
+  # otherwise. The CPU backend's tokens are printed beside, not compared: they may differ where
+  # two logits nearly tie, as the Q8_1 activations round otherwise
+  local m fa e var off on ref got cpu GREEDY_N=16 GREEDY_PROMPT=24
   host_greedy || return
   for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
     [[ -f $m ]] || continue
     for fa in on off; do
-      cpu=$("$W/greedy" -m "$m" --dev none --fa $fa -n 16 --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
-      ref=$(GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
-        --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
+      cpu=$(greedy_tokens none "$m" $fa)
+      ref=$(greedy_tokens POLYCL0 "$m" $fa)
       echo "greedy $(basename "$m") fa=$fa default: $ref$([[ $ref == "$cpu" ]] && echo " (the CPU's)" || echo " (CPU: ${cpu#tokens: })")"
-      for v in "$@"; do
-        got=$(env "$v=1" GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$m" --dev POLYCL0 --fa $fa -n 16 \
-          --prompt-tokens 24 -b 16 2>/dev/null | grep '^tokens:')
-        if [[ -n $ref && $ref == "$got" ]]; then echo "  $v=1: the same"
-        else echo "  $v=1: DIFFERENT: $got"; fi
+      for e in "$@"; do
+        read -r var off on <<<"$(trial_entry "$e")"
+        got=$(greedy_tokens POLYCL0 "$m" $fa "$var=$on")
+        if [[ -n $ref && $ref == "$got" ]]; then echo "  $var=$on: the same"
+        else echo "  $var=$on: DIFFERENT: $got"; fi
       done
     done
   done
 }
 
-trial_profile() { # VAR...: a decode step's device time by kernel (POLYCL_PROFILE=1, the last of 8
+trial_profile() { # ENTRY...: a decode step's device time by kernel (POLYCL_PROFILE=1, the last of 8
   # tokens, fa on) with each setting off and on, on each AB_MODELS model: which kernels a setting
   # speeds up or slows down, where tg128 gives only the sum
-  local m v s
+  local m e var off on s
+  [[ -x $W/greedy ]] || host_greedy || return
   for m in $AB_MODELS; do
-    for v in "$@"; do
-      for s in 0 1; do
-        env "$v=$s" POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$W/$m.gguf" \
+    for e in "$@"; do
+      read -r var off on <<<"$(trial_entry "$e")"
+      for s in "$off" "$on"; do
+        env "$var=$s" POLYCL_PROFILE=1 GGML_BACKEND_PATH=$LIB timeout 120 "$W/greedy" -m "$W/$m.gguf" \
           --dev POLYCL0 --fa on -n 8 --prompt-tokens 8 -b 16 -v 2>&1 | grep -E "profile:" | tail -n 1 |
-          sed "s/^.*profile: /$m $v=$s: /"
+          sed "s/^.*profile: /$m $var=$s: /"
       done
     done
   done

@@ -14,7 +14,7 @@ use super::q8_cache::NormShares;
 use super::Binder;
 use crate::config;
 use crate::error::{ClContext, Error, Result};
-use crate::ggml::types::GgmlType::Q4_0;
+use crate::ggml::types::GgmlType::{Q4_0, Q8_0};
 use crate::ir::{Graph, Node, Op, Value};
 use crate::runtime::executor::{ArgBinder, Launch};
 use opencl3::types::cl_mem;
@@ -97,8 +97,11 @@ impl NormScale {
 }
 
 /// Whether a MulMatAddNorm of `rows` rows of `nb` weight blocks runs two
-/// warps a row pair (`kernel_mul_mv_norm2_q4_0`, 1024 wide; mul_mv_norm.cl
-/// MV_NORM_BODY's SPLIT), unless `POLYCL_MVN_SPLIT` chose: Q4_0 on NVIDIA,
+/// warps a row pair (`kernel_mul_mv_norm2_*`, 1024 wide; mul_mv_norm.cl
+/// MV_NORM_BODY's SPLIT; Q4_0 and Q8_0 have one). `POLYCL_MVN_SPLIT=2`
+/// takes it for both types wherever the device runs 1024 work-items a group
+/// (the Q8_0's has not run on a GPU yet: its 7B down projection's warps each
+/// chain ~12 KB a row, twice the Q4_0's). By shape: Q4_0 on NVIDIA,
 /// at most half as many work-groups as compute units (each group's rows,
 /// one Q8_1 block and one share, cannot be fewer, so a 1B's 2048 rows leave
 /// half the device idle; the 7B's 4096 fill it and gained nothing,
@@ -108,7 +111,8 @@ impl NormScale {
 fn split_rows(b: &Binder, w: Value, rows: usize, nb: i64) -> Result<bool> {
     let d = &b.device;
     if let Some(s) = config::get().mvn_split {
-        return Ok(s == 2 && b.graph.ty(w).dtype == Q4_0 && d.max_work_group >= 2 * WG);
+        let splits = matches!(b.graph.ty(w).dtype, Q4_0 | Q8_0);
+        return Ok(s == 2 && splits && d.max_work_group >= 2 * WG);
     }
     if config::get().attn_o
         || b.graph.ty(w).dtype != Q4_0
@@ -124,7 +128,8 @@ fn split_rows(b: &Binder, w: Value, rows: usize, nb: i64) -> Result<bool> {
 
 pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch>) -> Result<()> {
     let bad = |why: String| Error::InvalidGraph(format!("MulMatAddRmsNorm '{}': {why}", n.name));
-    let mut name = format!("kernel_mul_mv_norm_{}", suffix(b, n.inputs[0], n)?);
+    let ty = suffix(b, n.inputs[0], n)?;
+    let mut name = format!("kernel_mul_mv_norm_{ty}");
     let w = b.operand(n.inputs[0])?;
     let res = b.operand(n.inputs[1])?;
     let nw = b.operand(n.inputs[2])?;
@@ -135,7 +140,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, eps: f32, out: &mut Vec<Launch
         return Err(bad(format!("{rows} rows, not a multiple of {ROWS}")));
     }
     let wg = if split_rows(b, n.inputs[0], rows, w.ne[0] / 32)? {
-        name = "kernel_mul_mv_norm2_q4_0".into();
+        name = format!("kernel_mul_mv_norm2_{ty}");
         2 * WG
     } else {
         WG

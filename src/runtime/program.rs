@@ -153,6 +153,7 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_group_q6_k",
     "kernel_mul_mv_group_mixed",
     "kernel_mul_mv_norm2_q4_0",
+    "kernel_mul_mv_norm2_q8_0",
     "kernel_mul_mv_normed_q4_0",
     "kernel_mul_mv_normed_q8_0",
     "kernel_mul_mv_normed_q4_k",

@@ -118,11 +118,13 @@ MV_NORM_KERNEL(kernel_mul_mv_norm_q8_0, mv_row2_q8_0)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q4_k, mv_row2_q4_K)
 MV_NORM_KERNEL(kernel_mul_mv_norm_q6_k, mv_row2_q6_K)
 
-// The Q4_0 kernel two warps a row pair (MV_NORM_BODY's SPLIT), 1024 wide;
-// not in the step program, whose phases are 512 wide at most.
+// Two warps a row pair (MV_NORM_BODY's SPLIT), 1024 wide, for Q4_0 and
+// Q8_0 (whose blocks, unlike the K-quants' units, split at any block); not
+// in the step program, whose phases are 512 wide at most.
 #ifndef POLYCL_STEP
-__attribute__((reqd_work_group_size(2 * MVN_WG, 1, 1)))
-kernel void kernel_mul_mv_norm2_q4_0(PK_SIG(MV_NORM_BUFS)) {
-    MV_NORM_BODY(mv_row2_q4_0, 2, 18) PK_END
-}
+#define MV_NORM2_KERNEL(NAME, ROWDOT2, BB)                                                  \
+__attribute__((reqd_work_group_size(2 * MVN_WG, 1, 1)))                                     \
+kernel void NAME(PK_SIG(MV_NORM_BUFS)) { MV_NORM_BODY(ROWDOT2, 2, BB) PK_END }
+MV_NORM2_KERNEL(kernel_mul_mv_norm2_q4_0, mv_row2_q4_0, 18)
+MV_NORM2_KERNEL(kernel_mul_mv_norm2_q8_0, mv_row2_q8_0, 34)
 #endif
