@@ -7,6 +7,9 @@
 //! memory are printed (`--nocapture`) and written to
 //! `target/nvptx/kernels.txt`: clang is not the driver's compiler, so the
 //! counts are near the driver's, not equal to them (docs/perf.md step 68).
+//! A kernel's `reqd_work_group_size` reaches ptxas as `.reqntid` (clang's
+//! PTX drops it), so a 1024-wide kernel is fitted to 64 registers there as
+//! the driver must fit it, and a spill that fitting costs shows here.
 //! `POLYCL_NVPTX_ONLY=mul_mv.lean,...` builds only the programs it names.
 //!
 //! The tools (scripts/nvptx-tools.sh installs them): clang-15, llvm-link-15,
@@ -16,6 +19,7 @@
 //! always sets it.
 
 use ggml_polycl::runtime::program::{self, BuildTarget, ProgramBuild};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,6 +27,7 @@ const CLANG: &str = "clang-15";
 const LLVM_LINK: &str = "llvm-link-15";
 const OPT: &str = "opt-15";
 const LLC: &str = "llc-15";
+const LLVM_DIS: &str = "llvm-dis-15";
 const EXTENSIONS: &str =
     "-cl-ext=-cl_khr_fp16,+cl_khr_fp64,+cl_khr_int64_base_atomics,+cl_khr_int64_extended_atomics";
 const LIBCLC: &str = "/usr/lib/clc/nvptx64--nvidiacl.bc";
@@ -103,6 +108,54 @@ fn parse_report(program: &str, report: &str) -> Vec<KernelInfo> {
     }
     out.extend(current);
     out
+}
+
+/// Each kernel's `reqd_work_group_size`, from the LLVM IR text of a program.
+fn required_sizes(ir: &str) -> HashMap<String, String> {
+    let sizes: HashMap<&str, String> = ir
+        .lines()
+        .filter_map(|l| {
+            let (id, rest) = l.split_once(" = !{i32 ")?;
+            let dims: Vec<&str> = rest.trim_end_matches('}').split(", i32 ").collect();
+            let all_numbers = dims.len() == 3 && dims.iter().all(|d| d.parse::<u32>().is_ok());
+            (id.starts_with('!') && all_numbers).then(|| (id, dims.join(", ")))
+        })
+        .collect();
+    ir.lines()
+        .filter(|l| l.starts_with("define ") && l.contains(" spir_kernel "))
+        .filter_map(|l| {
+            let name = l.split_once('@')?.1.split('(').next()?;
+            let id = l
+                .split_once("!reqd_work_group_size ")?
+                .1
+                .split_whitespace()
+                .next()?;
+            Some((name.to_string(), sizes.get(id)?.clone()))
+        })
+        .collect()
+}
+
+/// `ptx` with `.reqntid` after each kernel's parameters where `sizes` names
+/// it: clang's PTX back end drops `reqd_work_group_size`, which the driver's
+/// compiler keeps, so ptxas fits such a kernel's registers into a compute
+/// unit's 65536 for its work-items, as the driver must (1024 a group: 64).
+fn with_required_sizes(ptx: &str, sizes: &HashMap<String, String>) -> String {
+    let mut out = Vec::new();
+    let mut pending: Option<&String> = None;
+    for line in ptx.lines() {
+        out.push(line.to_string());
+        if let Some(name) = line
+            .strip_prefix(".entry ")
+            .and_then(|r| r.strip_suffix('('))
+        {
+            pending = sizes.get(name);
+        } else if line.starts_with(')') {
+            if let Some(size) = pending.take() {
+                out.push(format!(".reqntid {size}"));
+            }
+        }
+    }
+    out.join("\n")
 }
 
 // `asm` is the driver's keyword for inline PTX; clang's OpenCL mode takes
@@ -186,7 +239,15 @@ fn build(ptxas: &Path, dir: &Path, p: &ProgramBuild) -> Vec<KernelInfo> {
             .arg(file("ptx")),
         &what,
     );
+    let ir = run(
+        Command::new(LLVM_DIS)
+            .arg(file("opt.bc"))
+            .arg("-o")
+            .arg("-"),
+        &what,
+    );
     let ptx = std::fs::read_to_string(file("ptx")).unwrap();
+    let ptx = with_required_sizes(&ptx, &required_sizes(&ir));
     let ptx: String = ptx
         .lines()
         .map(|l| {
@@ -316,5 +377,22 @@ fn every_program_builds_for_sm_90() {
         kernels.len() > 100 || only.is_some(),
         "only {} kernels",
         kernels.len()
+    );
+}
+
+#[test]
+fn required_sizes_reach_the_ptx() {
+    let ir = "\
+define dso_local spir_kernel void @k_wide(i64 noundef %0) #1 !kernel_arg_type !7 !reqd_work_group_size !9 {
+define dso_local spir_kernel void @k_free(i64 noundef %0) #1 !kernel_arg_type !7 {
+!9 = !{i32 1024, i32 1, i32 1}
+!7 = !{!\"long\"}";
+    let sizes = required_sizes(ir);
+    assert_eq!(sizes.len(), 1);
+    assert_eq!(sizes["k_wide"], "1024, 1, 1");
+    let ptx = ".entry k_wide(\n\t.param .u64 k_wide_param_0\n)  // @k_wide\n{\n}\n.entry k_free(\n\t.param .u64 k_free_param_0\n)\n{\n}";
+    assert_eq!(
+        with_required_sizes(ptx, &sizes),
+        ".entry k_wide(\n\t.param .u64 k_wide_param_0\n)  // @k_wide\n.reqntid 1024, 1, 1\n{\n}\n.entry k_free(\n\t.param .u64 k_free_param_0\n)\n{\n}"
     );
 }
