@@ -247,7 +247,13 @@ fn build(ptxas: &Path, dir: &Path, p: &ProgramBuild) -> Vec<KernelInfo> {
         &what,
     );
     let ptx = std::fs::read_to_string(file("ptx")).unwrap();
-    let ptx = with_required_sizes(&ptx, &required_sizes(&ir));
+    let sizes = required_sizes(&ir);
+    let ptx = with_required_sizes(&ptx, &sizes);
+    assert_eq!(
+        ptx.matches("\n.reqntid ").count(),
+        sizes.len(),
+        "{what}: a kernel's required size found no place in the PTX: {sizes:?}"
+    );
     let ptx: String = ptx
         .lines()
         .map(|l| {
