@@ -22,8 +22,11 @@ stage "2/10 llama.cpp host $HOST_VERSION (scripts/host.sh)"
 bash scripts/host.sh
 ensure_host
 
-stage "3/10 cargo fmt --check"
+stage "3/10 cargo fmt --check, bash -n scripts/*.sh"
 cargo fmt --check
+# The scripts CI never runs (bench-gpu.sh and gpu-job.sh run only on the NVIDIA machine, whose
+# time is scarce) at least parse.
+for script in scripts/*.sh; do bash -n "$script"; done
 
 stage "4/10 cargo clippy --release --all-targets -- -D warnings"
 cargo clippy --release --all-targets -- -D warnings
