@@ -42,7 +42,8 @@
 #                                            # or VAR=OFF/ON), each: MUL_MAT against
 #                                            # the CPU backend, greedy tokens against the default's,
 #                                            # tg128 fa1 off and on, twice (TRIAL_MODELS, default "m7-q4_0
-#                                            # m7-q8_0 m1-q4_0 m7-q4_k_m"), a decode step's device time
+#                                            # m7-q8_0 m1-q4_0 m7-q4_k_m"; "trial" lines: each model's
+#                                            # mean t/s off and on, and on/off), a decode step's device time
 #                                            # by kernel off and on, the kernels' registers and dp4a
 #                                            # loops; scripts/gpu-kit.sh packs its carry
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
@@ -434,7 +435,8 @@ trial() { # TRIAL_VARS, each setting off and on: correctness, then speed. An ent
   trial_greedy $entries
   for e in $entries; do
     read -r var off on <<<"$(trial_entry "$e")"
-    SWEEP_VAR=$var SWEEP_VALUES="$off $on" sweep
+    SWEEP_VAR=$var SWEEP_VALUES="$off $on" sweep | tee "$W/trial-sweep.txt"
+    trial_summary "$var" "$off" "$on" < "$W/trial-sweep.txt"
   done
   trial_profile $entries
   # Every build the runs above cached: the default's and each setting's kernels.
@@ -451,6 +453,16 @@ trial_entry() { # ENTRY: "VAR OFF ON" of a TRIAL_VARS entry
   else
     echo "$1 0 1"
   fi
+}
+
+trial_summary() { # VAR OFF ON, a sweep's lines on stdin: each model's mean t/s off and on, and
+  # their ratio
+  awk -v var="$1" -v off="$1=$2" -v on="$1=$3" '$1 == "==" && ($3 == off || $3 == on) && $4 + 0 > 0 {
+      s[$2 " " $3] += $4; n[$2 " " $3]++; models[$2] = 1 }
+    END { for (m in models) { if (!n[m " " off] || !n[m " " on]) continue
+      a = s[m " " off] / n[m " " off]; b = s[m " " on] / n[m " " on]
+      printf "trial %s %s: %.2f -> %.2f t/s, %.3fx (means of %d and %d runs)\n", m, var, a, b, b / a,
+        n[m " " off], n[m " " on] } }'
 }
 
 trial_greedy() { # ENTRY...: each setting's greedy tokens against the default's on the small test
