@@ -3,8 +3,9 @@
 # dependencies, host build, cargo fmt --check, clippy (-D warnings), release build + install,
 # cargo test (every program also built for sm_90, by clang and ptxas: tests/nvptx_build.rs),
 # ggml's test-backend-ops (scripts/test-backend-ops.sh), the ctest C programs,
-# the greedy-token comparison against llama.cpp's CPU backend, and the multi-device tests
-# (scripts/test-multi.sh: two PoCL devices).
+# the greedy-token comparison against llama.cpp's CPU backend, the multi-device tests
+# (scripts/test-multi.sh: two PoCL devices) and the greedy tokens through Mesa's rusticl
+# (scripts/test-rusticl.sh: a second OpenCL implementation).
 # PoCL caches compiled kernels in ~/.cache/pocl (POCL_CACHE_DIR to move it).
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -95,5 +96,9 @@ POLYCL_LIB="$POLYCL_LIB" bash scripts/test-launches.sh
 stage "10/10 several devices: split modes, Q8_1 cache, faults (scripts/test-multi.sh)"
 # Stage 6 ran the multi-device cargo tests already.
 POLYCL_LIB="$POLYCL_LIB" MULTI_SKIP_CARGO=1 bash scripts/test-multi.sh
+
+stage "10b/10 a second OpenCL implementation: Mesa's rusticl (scripts/test-rusticl.sh)"
+# Last: it installs Mesa's ICDs, whose platforms offer no device unless RUSTICL_ENABLE asks.
+POLYCL_LIB="$POLYCL_LIB" bash scripts/test-rusticl.sh
 
 stage "all tests passed ($(($(date +%s) - START)) s)"

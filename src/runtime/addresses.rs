@@ -102,6 +102,14 @@ fn patcher(device: &Device) -> Option<&Patcher> {
                     log::debug(&line)
                 }
             };
+            if asked.is_none() && device.is_rusticl {
+                fallback(
+                    "Mesa's rusticl, whose decode kernels reached wrong memory through \
+                     addresses though the address check passed"
+                        .into(),
+                );
+                return None;
+            }
             if device.context.devices().len() != 1 {
                 fallback(
                     "the device shares its OpenCL context with others, where a driver may \

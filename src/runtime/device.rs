@@ -23,6 +23,11 @@ pub struct Device {
     pub vendor: String,
     pub is_gpu: bool,
     pub is_nvidia: bool,
+    /// A device of Mesa's rusticl platform: its compiler (Mesa 22.3, Debian
+    /// 12's) crashed on the by-value struct of `kernel_upload_scatter` and
+    /// its kernels reached wrong memory through buffer addresses, so both
+    /// stay off there unless asked for (upload.rs, addresses.rs).
+    pub is_rusticl: bool,
     /// NVIDIA compute capability as major * 10 + minor, from
     /// cl_nv_device_attribute_query; None elsewhere or where the driver does
     /// not report it.
@@ -254,7 +259,9 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         ))
     })?;
     let mut found = Vec::new();
+    let mut rusticl = Vec::new();
     for (pi, p) in platforms.iter().enumerate() {
+        rusticl.push(p.name().is_ok_and(|n| n.trim() == "rusticl"));
         let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
             Ok(ids) => ids,
             Err(_) => continue,
@@ -336,6 +343,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             name: format!("POLYCL{index}"),
             description: name.trim().to_string(),
             is_nvidia,
+            is_rusticl: rusticl[pi],
             nv_sm,
             vendor,
             is_gpu: dev_type & CL_DEVICE_TYPE_GPU != 0,

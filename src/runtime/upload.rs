@@ -276,8 +276,15 @@ impl Device {
             return;
         }
         // The argument's words are the host's bytes: a device of the other
-        // byte order would read them swapped.
-        let made = if self.cl.endian_little().unwrap_or(false) == cfg!(target_endian = "little") {
+        // byte order would read them swapped. Mesa's rusticl (device.rs
+        // `is_rusticl`) crashed in its compiler on the by-value argument, at
+        // the first launch, where no error can be caught: expected there, so
+        // said only as a debug line.
+        let made = if self.is_rusticl {
+            Err(Error::Unsupported(
+                "Mesa's rusticl, whose compiler crashed on the kernel's by-value argument".into(),
+            ))
+        } else if self.cl.endian_little().unwrap_or(false) == cfg!(target_endian = "little") {
             super::program::kernel(self, "upload", "kernel_upload_scatter")
         } else {
             Err(Error::Unsupported(
@@ -287,10 +294,15 @@ impl Device {
         match made {
             Ok(k) => up.scatter = Some(k),
             Err(e) => {
-                crate::log::warn(&format!(
+                let line = format!(
                     "{}: no batched writes ({e}); each small write goes on its own",
                     self.name
-                ));
+                );
+                if self.is_rusticl {
+                    crate::log::debug(&line)
+                } else {
+                    crate::log::warn(&line)
+                }
                 up.no_batch = true;
             }
         }
