@@ -259,9 +259,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
         ))
     })?;
     let mut found = Vec::new();
-    let mut rusticl = Vec::new();
     for (pi, p) in platforms.iter().enumerate() {
-        rusticl.push(p.name().is_ok_and(|n| n.trim() == "rusticl"));
         let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
             Ok(ids) => ids,
             Err(_) => continue,
@@ -343,7 +341,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             name: format!("POLYCL{index}"),
             description: name.trim().to_string(),
             is_nvidia,
-            is_rusticl: rusticl[pi],
+            is_rusticl: platforms[pi].name().is_ok_and(|n| n.trim() == "rusticl"),
             nv_sm,
             vendor,
             is_gpu: dev_type & CL_DEVICE_TYPE_GPU != 0,
