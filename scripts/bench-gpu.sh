@@ -46,6 +46,8 @@
 #                                            # mean t/s off and on, and on/off), a decode step's device time
 #                                            # by kernel off and on, the kernels' registers and dp4a
 #                                            # loops; scripts/gpu-kit.sh packs its carry
+#   stage=one BENCH_MODELS="m7-q8_0" BENCH_FLAGS="-fa 0,1 -p 0 -n 128" bash scripts/bench-gpu.sh
+#                                            # bench_one (CUDA and polycl, ratios) on chosen models
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #                                            # (and `loops KERNEL...`: their dp4a loops' instructions)
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
@@ -205,10 +207,18 @@ depth_setup() { # the host built where missing, beside the 1B and 7B Q4_0 models
   make_model "$W/m7-q4_0.gguf" 7b q4_0; wait; tail -1 "$W/build.log" 2>/dev/null
 }
 
-make_model() { # file, preset, type: made where missing, under its name only once complete
-  [[ -f $1 ]] || { python3 scripts/make-model-raw.py "$1.tmp" --preset "$2" --type "$3" > /dev/null &&
+make_model() { # file, preset, type[, --centered]: made where missing, under its name only once
+  # complete
+  [[ -f $1 ]] || { python3 scripts/make-model-raw.py "$1.tmp" --preset "$2" --type "$3" "${@:4}" > /dev/null &&
     mv -f "$1.tmp" "$1"; }
 }
+
+# The 1B Q4_0 with weights of mean zero (make-model-raw.py --centered), for the trial's token
+# check: the default 1B's greedy tokens are one token repeated (5380) whatever the sums, and the
+# centered one's part at the first rounding that differs (the CPU backend's own tokens with fa on
+# and off differ from the first), so a setting that must keep the default's sums bit for bit
+# shows any that it does not.
+M1C=$W/m1c-q4_0.gguf
 
 models() {
   make_model "$W/m7-q4_0.gguf" 7b q4_0 &
@@ -473,7 +483,8 @@ trial_greedy() { # ENTRY...: each setting's greedy tokens against the default's 
   # two logits nearly tie, as the Q8_1 activations round otherwise
   local m fa e var off on ref got cpu GREEDY_N=16 GREEDY_PROMPT=24
   host_greedy || return
-  for m in target/gpu/models/*.gguf $W/m1-q4_0.gguf; do
+  make_model "$M1C" 1b q4_0 --centered
+  for m in target/gpu/models/*.gguf "$M1C"; do
     [[ -f $m ]] || continue
     for fa in on off; do
       cpu=$(greedy_tokens none "$m" $fa)
@@ -576,6 +587,11 @@ case ${stage:-bench} in
         grep -E "profile:|ttft|rror" | tail -n 3
     done
     date ;;
+  one) # bench_one on BENCH_MODELS (names as AB_MODELS'), made where missing, with BENCH_FLAGS
+    # (llama-bench's test flags, default bench_one's); the CUDA host built first where missing
+    AB_MODELS=${BENCH_MODELS:?stage=one needs BENCH_MODELS}
+    host_ready || build & ab_models; wait
+    for m in $AB_MODELS; do bench_one "$W/$m.gguf" "$m" ${BENCH_FLAGS:-}; done ;;
   bench | closing) # closing: the CUDA host built beside the models first
     if [[ ${stage:-bench} == closing ]]; then build & models; wait; tail -1 "$W/build.log"; else models; fi
     bench_one "$W/m7-q4_0.gguf" 7b-q4_0

@@ -3,7 +3,18 @@
 (the GPU machine has no numpy). Weights are tiles of a pool of valid random
 blocks: fine for speed measurements, where only sizes and shapes matter.
 
+By default Q4_0 codes have mean -0.5 (codes 0..15 less 8) and Q4_K's minimums
+are unmatched, so every matrix adds the same bias direction to the residual:
+the residual grows past half's range within six layers (the wide preset's
+purpose), and every generated token is one token (the 1B's: 5380). --centered
+gives weights of mean zero, each tensor from its own place in its pool, whose
+greedy tokens follow the prompt. Such a random network amplifies rounding: the
+CPU backend's own tokens with flash attention on and off part within a few
+tokens (the 1B's at the first), so its tokens check paths that must give the
+same bits, not one backend against another.
+
 usage: make-model-raw.py OUT --preset 7b|1b|tiny|wide --type q4_0|q8_0|q4_k|q6_k|q4_k_m [--seed N] [--layers N]
+       [--centered]
 
 q4_k_m mixes the types the way llama-quantize's Q4_K_M does, roughly: Q4_K,
 with Q6_K for the output matrix and for attn_v and ffn_down of every other
@@ -65,17 +76,32 @@ def array(key, etype, items, fmt=None):
     return kv(key, 9, body)
 
 
-def block_pool(tid, rng, nbytes=1 << 20):
+def block_pool(tid, rng, centered, nbytes=1 << 20):
     bb = BLOCKS[tid][1]
     out = bytearray()
     while len(out) < nbytes:
-        if tid == 12:  # Q4_K: d and dmin, then random 6-bit scales/mins and codes
+        if tid == 12 and not centered:  # Q4_K: d and dmin, then random 6-bit scales/mins and codes
             d, dmin = rng.uniform(0.0002, 0.0008), rng.uniform(0.0002, 0.0008)
             out += struct.pack("<ee", d, dmin) + rng.randbytes(bb - 4)
             continue
-        if tid == Q6_K:  # codes (low and high bits) and int8 scales, then d
+        if tid == 12:
+            # Q4_K: d, dmin, 12 bytes of 6-bit scales and minimums, codes. Each
+            # sub-block's minimum equals its scale (bytes 4-7 repeat 0-3, and each
+            # of bytes 8-11 holds one nibble twice) and dmin = 7.5 d, so a weight
+            # d * sc * (code - 7.5) has mean zero.
+            d = rng.uniform(0.0002, 0.0008)
+            low = rng.randbytes(4)
+            high = bytes(n & 15 | (n & 15) << 4 for n in rng.randbytes(4))
+            out += struct.pack("<ee", d, 7.5 * d) + low + low + high + rng.randbytes(bb - 16)
+            continue
+        if tid == Q6_K:  # codes (low and high bits), int8 scales of either sign, then d
             out += rng.randbytes(bb - 2) + struct.pack("<e", rng.uniform(0.000005, 0.00002))
             continue
+        if tid == 2 and centered:  # Q4_0: codes 1..15, weights d * (code - 8) of mean zero
+            codes = bytes(rng.randrange(1, 16) | rng.randrange(1, 16) << 4 for _ in range(bb - 2))
+            out += struct.pack("<e", rng.uniform(0.004, 0.02)) + codes
+            continue
+        # Q8_0's int8 codes have mean -0.5 against a spread of 74: near enough zero
         d = rng.uniform(0.004, 0.02) if tid == 2 else rng.uniform(0.0005, 0.002)
         out += struct.pack("<e", d) + rng.randbytes(bb - 2)
     return bytes(out[: (nbytes // bb) * bb])
@@ -88,6 +114,7 @@ def main():
     ap.add_argument("--type", default="q4_0", choices=TYPES)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layers", type=int, help="n_layer instead of the preset's")
+    ap.add_argument("--centered", action="store_true", help="weights of mean zero (see above)")
     a = ap.parse_args()
     p = dict(PRESETS[a.preset])
     if a.layers:
@@ -157,7 +184,7 @@ def main():
         infos += struct.pack("<IQ", t, offset)
         offset += (nbytes(dims, t) + ALIGN - 1) // ALIGN * ALIGN
 
-    pools = {t: block_pool(t, rng) for t in {t for _, _, t in tensors if t != F32}}
+    pools = {t: block_pool(t, rng, a.centered) for t in {t for _, _, t in tensors if t != F32}}
     ones = struct.pack("<f", 1.0) * e
     with open(a.out, "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
@@ -172,6 +199,9 @@ def main():
             else:
                 left = n
                 pool = pools[t]
+                if a.centered:
+                    start = rng.randrange(len(pool) // BLOCKS[t][1]) * BLOCKS[t][1]
+                    pool = pool[start:] + pool[:start]
                 while left > 0:
                     chunk = pool[: min(left, len(pool))]
                     f.write(chunk)
