@@ -27,13 +27,13 @@ for op in $OPS; do
   rm -f "$log"
 done
 # The GPU-only fast kernels (matmul, split-KV flash attention), forced onto
-# this device so CI checks them too, the matmuls also with the lean loops; "mma": the tensor-core prompt matmuls
+# this device so CI checks them too; "mma": the tensor-core prompt matmuls
 # and flash attention tiles, through their portable emulation of mma.sync
 # (flash attention on the shapes of up to 1024 keys: the emulation takes
 # minutes on the 4096-16384-key cases, which the float tile covers; nb=1 and
 # 3 with 4 or 12 query heads a KV head are the decode GQA kernel's).
 if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
-  for run in MUL_MAT:fast MUL_MAT:lean FLASH_ATTN_EXT:fast FLASH_ATTN_EXT:onechunk MUL_MAT:mma FLASH_ATTN_EXT:mma; do
+  for run in MUL_MAT:fast FLASH_ATTN_EXT:fast FLASH_ATTN_EXT:onechunk MUL_MAT:mma FLASH_ATTN_EXT:mma; do
     op=${run%%:*} kind=${run#*:}
     filter=()
     [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(1|3|32|75),")
@@ -55,9 +55,6 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # The decode matvecs with their buffers by address (runtime/addresses.rs, the default;
       # the onechunk run takes them as arguments).
       MUL_MAT:fast) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k buffers.by.address" ;;
-      # The decode matvecs' lean loops (POLYCL_MV_LEAN=1, mul_mv.cl MV_LEAN): Q4_0's pairs
-      # (the 4096-column cases), Q8_0's aligned words, Q4_K's and Q6_K's units.
-      MUL_MAT:lean) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k" ;;
       *) want="" ;;
     esac
     log=$(mktemp); rc=0
@@ -68,7 +65,6 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       POLYCL_FA_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 256) POLYCL_FA_GQA_MIN_KV=0 \
       POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
       POLYCL_ATTN_O=$([[ $run == FLASH_ATTN_EXT:fast ]] && echo 1 || echo 0) \
-      POLYCL_MV_LEAN=$([[ $kind == lean ]] && echo 1 || echo 0) \
       POLYCL_BUFFER_ADDRESSES=$([[ $kind == onechunk ]] && echo 0 || echo 1) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')

@@ -16,10 +16,8 @@
 //! | `POLYCL_MMA_TILE` | `WM,WN,MT,NT,KB`, e.g. `2,2,2,4,4` | shape of the tensor-core prompt tile (`mul_mm_mma.cl`): WM x WN warps (WM, WN in 1, 2, 4; WM*WN in 2, 4, 8), each MT x NT m16n8 tiles (MT in 1, 2, 4; NT in 1, 2, 4, 8), so WM*MT*16 weight rows by WN*NT*8 tokens, KB (1, 2, 4, 8) 32-element blocks per local-memory stage (Q4_0 at least 2, Q8_0 half as many, at least 2; Q4_K always 4); its local memory must fit in 48 KiB (default `2,2,4,4,4`, 128 rows x 64 tokens): a tuning knob, swept per GPU |
 //! | `POLYCL_MV_UNROLL` | 1 to 16 | Q8_1 blocks each lane of a decode matvec has in flight per row, for every weight type (default 4, and for Q4_0 1 with `POLYCL_MV_LOADS=pairs` or 2 with `words`: the best measured on the H200, docs/perf.md steps 32 and 67): a tuning knob for memory-level parallelism, measured per GPU with `scripts/bench-gpu.sh` |
 //! | `POLYCL_MV_LOADS` | `words` or `pairs` | how the Q4_0 decode matvecs load their blocks on rows of more than 64 blocks: `pairs` (default), a lane two adjacent blocks as whole aligned words; `words`, a lane a block, as aligned 4-byte words with a select for its alignment (`kernels/mul_mv.cl` MV_PAIRS; on the H200 the 7B Q4_0's decode span 3.4% shorter with pairs, docs/perf.md step 61) |
-//! | `POLYCL_MV_STAGED` | `0` or `1` | `1`: the Q/K/V + rope and the GLU decode kernels of Q4_0 weights (with `POLYCL_MV_LOADS=pairs`; not the 16-warp GLU) copy each warp's row pair into local memory before its math, by cp.async on NVIDIA, so that no registers carry the weights in flight and a 4096-column row pair is one round trip (`kernel_mul_mv_group_rope_q4_0_staged`, `kernel_mul_mv_glu_q4_0_staged`, `kernels/mul_mv.cl` MV_STAGE, docs/perf.md steps 67 and 71); `0` (default): the pairs' loads into registers. Not yet measured on a GPU: for trying |
-//! | `POLYCL_MV_LEAN` | `0` or `1` | `1`: the decode matvecs' inner loops with fewer instructions a block and the same sums, bit for bit (`kernels/mul_mv.cl` MV_LEAN, docs/perf.md step 69): Q4_0's high nibbles by an unsigned dp4a with no shift, Q8_0's and Q4_0's single blocks as aligned words with shifts fixed once a lane, no 2-byte loads, Q4_K's and Q6_K's units by whole-word loads and shifts fixed once a lane (step 70); `0` (default): the loops measured so far. Not yet measured on a GPU: for trying |
 //! | `POLYCL_GLU_WARPS` | 4, 8 or 16 | warps a work-group of the decode GLU kernel (gate and up matvecs + swiglu), which makes 32 rows, so each warp takes 32 / warps of them in sequence, for every GLU. Default: 8 (on the H200 the 7B Q4_0's GLU took 24.1 us a launch at 8 and 26.8 at 16, the Q8_0's 31.1 and 38.3, docs/perf.md step 44), and 16 for a Q4_0 GLU on NVIDIA whose 512-wide groups are at most two a compute unit (the 1B's: 11% less GLU time, step 51, `plan/fused_matmul.rs` `glu_shape`); a device whose work-groups can not be that wide gets 8; not 32, whose 1024 work-items a group NVIDIA only runs at up to 64 registers, which the K-quant GLU kernels exceed: a tuning knob |
-//! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise. `2` splits Q4_0 and Q8_0 ones (`kernel_mul_mv_norm2_q8_0`, not yet run on a GPU) wherever the device takes 1024 work-items a group: a tuning knob |
+//! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise. `2` splits Q4_0 and Q8_0 ones (`kernel_mul_mv_norm2_q8_0`; on the H200 the 7B Q8_0 ran no faster with it, docs/perf.md step 73) wherever the device takes 1024 work-items a group: a tuning knob |
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default; `async` on Mesa's rusticl, upload.rs) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups a graph's KV cache is split into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
@@ -72,11 +70,6 @@ pub struct Config {
     /// The Q4_0 decode matvecs take two blocks a lane at a time
     /// (`POLYCL_MV_LOADS=pairs`, the default) instead of one.
     pub mv_pairs: bool,
-    /// The Q4_0 Q/K/V + rope and GLU kernels stage their row pairs in local memory
-    /// (`POLYCL_MV_STAGED`).
-    pub mv_staged: bool,
-    /// The decode matvecs' leaner inner loops (`POLYCL_MV_LEAN`).
-    pub mv_lean: bool,
     /// Target work-groups of the split-KV decode attention (`POLYCL_FA_GROUPS`).
     pub fa_groups: u32,
     /// Warps a work-group of the decode GLU kernel (`POLYCL_GLU_WARPS`);
@@ -340,8 +333,6 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fuse_skip: Vec::new(),
         flush_every: 16,
         mv_pairs: true,
-        mv_staged: false,
-        mv_lean: false,
         fa_groups: 256,
         glu_warps: None,
         mvn_split: None,
@@ -595,8 +586,6 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         }
     }
     c.attn_o = off_unless_one(get, "POLYCL_ATTN_O", &mut c.problems);
-    c.mv_staged = off_unless_one(get, "POLYCL_MV_STAGED", &mut c.problems);
-    c.mv_lean = off_unless_one(get, "POLYCL_MV_LEAN", &mut c.problems);
     c.attn_oh = off_unless_one(get, "POLYCL_ATTN_OH", &mut c.problems);
     if let Some(v) = get("POLYCL_ATTN_OH_SPLIT") {
         match v.trim().parse::<usize>() {
@@ -947,13 +936,8 @@ mod tests {
         let c = with(&[("POLYCL_ATTN_OH_SPLIT", "9")]);
         assert!(c.attn_oh_split.is_none() && c.problems.len() == 1);
         assert!(!with(&[]).attn_oh);
-        assert!(!with(&[]).mv_staged);
-        assert!(with(&[("POLYCL_MV_STAGED", "1")]).mv_staged);
-        assert!(!with(&[]).mv_lean && with(&[("POLYCL_MV_LEAN", "1")]).mv_lean);
-        let c = with(&[("POLYCL_MV_LEAN", " 2")]);
-        assert!(!c.mv_lean && c.problems[0].contains("POLYCL_MV_LEAN=\"2\""));
-        let c = with(&[("POLYCL_MV_STAGED", "on")]);
-        assert!(!c.mv_staged && c.problems[0].contains("POLYCL_MV_STAGED"));
+        let c = with(&[("POLYCL_ATTN_O", " 2")]);
+        assert!(!c.attn_o && c.problems[0].contains("POLYCL_ATTN_O=\"2\""));
         assert!(with(&[("POLYCL_ATTN_OH", "1")]).attn_oh);
         let c = with(&[("POLYCL_ATTN_OH", "yes")]);
         assert!(!c.attn_oh && c.problems.len() == 1 && c.problems[0].contains("POLYCL_ATTN_OH"));

@@ -10,7 +10,7 @@
 //! A kernel's `reqd_work_group_size` reaches ptxas as `.reqntid` (clang's
 //! PTX drops it), so a 1024-wide kernel is fitted to 64 registers there as
 //! the driver must fit it, and a spill that fitting costs shows here.
-//! `POLYCL_NVPTX_ONLY=mul_mv.lean,...` builds only the programs it names.
+//! `POLYCL_NVPTX_ONLY=mul_mv,group_rope` builds only the programs it names.
 //!
 //! The tools (scripts/nvptx-tools.sh installs them): clang-15, llvm-link-15,
 //! opt-15, llc-15 and libclc-15 from Debian, and `ptxas` from NVIDIA's
@@ -301,22 +301,6 @@ fn every_program_builds_for_sm_90() {
         "the shim",
     );
     let mut builds = program::every_program(&target, &defaults);
-    // The settings that compile code of their own (config.rs): the staged
-    // Q/K/V kernel, the lean matvec loops.
-    for (setting, label) in [("POLYCL_MV_STAGED", "staged"), ("POLYCL_MV_LEAN", "lean")] {
-        let config = ggml_polycl::config::parse(&|k| (k == setting).then(|| "1".into()));
-        for p in program::every_program(&target, &config) {
-            if !builds
-                .iter()
-                .any(|b| b.name == p.name && b.options == p.options)
-            {
-                builds.push(ProgramBuild {
-                    name: format!("{}.{label}", p.name),
-                    ..p
-                });
-            }
-        }
-    }
     // POLYCL_NVPTX_ONLY=NAME[,NAME...]: only those builds (kernels.txt's
     // program column), for a quick look at one change's machine code; the
     // check that every PACKED kernel is built is then skipped.

@@ -167,18 +167,6 @@ pub fn lower_group(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -
     Ok(())
 }
 
-/// The suffix of the staged kernels (`mul_mv.cl` MV_STAGE: the Q/K/V + rope
-/// and the GLU), which exist for Q4_0 weights with the pairs' loads and only
-/// where `POLYCL_MV_STAGED` built them; "" otherwise.
-pub(super) fn staged_suffix(types: &str) -> &'static str {
-    let config = config::get();
-    if types == "q4_0" && config.mv_staged && config.mv_pairs {
-        "_staged"
-    } else {
-        ""
-    }
-}
-
 /// Warps a work-group of `kernel_mul_mv_glu16_q4_0`.
 const GLU_WIDE_WARPS: usize = 16;
 
@@ -223,10 +211,7 @@ pub fn lower_glu(
     } else {
         // The mul_mv program is built with the device's GLU_WARPS.
         let types = suffix(b, n.inputs[0], n)?;
-        (
-            format!("kernel_mul_mv_glu_{types}{}", staged_suffix(types)),
-            b.device.glu_warps(),
-        )
+        (format!("kernel_mul_mv_glu_{types}"), b.device.glu_warps())
     };
     let dglu = b.operand(Value::new(id, 0))?;
     let dgate = b.operand(Value::new(id, 1))?;

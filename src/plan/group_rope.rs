@@ -2,7 +2,7 @@
 //! whose epilogue rotates Q and K and writes both caches (the pass,
 //! passes/fuse/group_rope.rs, checked the shapes it relies on).
 
-use super::fused_matmul::{bind_group, group_layout, group_types, q8_activation, staged_suffix};
+use super::fused_matmul::{bind_group, group_layout, group_types, q8_activation};
 use super::lower::grid;
 use super::rope_store::{bind_rope, flags};
 use super::Binder;
@@ -26,7 +26,7 @@ pub fn lower(
     let ty = |i: usize| g.ty(n.inputs[i]).dtype;
     let flags = flags(n, &p.rope, [ty(4), ty(5), ty(6), ty(7)])?;
     let (types, wtypes) = group_types(b, &n.inputs[..3], n)?;
-    let name = format!("kernel_mul_mv_group_rope_{types}{}", staged_suffix(types));
+    let name = format!("kernel_mul_mv_group_rope_{types}");
     let ws = (0..3)
         .map(|k| b.operand(n.inputs[k]))
         .collect::<Result<Vec<_>>>()?;

@@ -94,7 +94,7 @@ impl DeviceBuffer {
             detail,
         };
         // Whole words: a kernel may load the word that holds a tensor's last
-        // byte (mul_mv.cl's Q8_0 rows under MV_LEAN).
+        // byte.
         let words = size.next_multiple_of(4);
         if words > device.max_alloc {
             return Err(oom(format!(

@@ -163,13 +163,11 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_group_rope_q4_k",
     "kernel_mul_mv_group_rope_q6_k",
     "kernel_mul_mv_group_rope_mixed",
-    "kernel_mul_mv_group_rope_q4_0_staged",
     "kernel_mul_mv_glu_q4_0",
     "kernel_mul_mv_glu_q8_0",
     "kernel_mul_mv_glu_q4_k",
     "kernel_mul_mv_glu_q6_k",
     "kernel_mul_mv_glu16_q4_0",
-    "kernel_mul_mv_glu_q4_0_staged",
     "kernel_mul_mv_norm_q4_0",
     "kernel_mul_mv_norm_q8_0",
     "kernel_mul_mv_norm_q4_k",
@@ -207,8 +205,7 @@ fn matvec_defines(config: &crate::config::Config, source: &str) -> String {
     } else {
         String::new()
     };
-    let lean = if config.mv_lean { " -DMV_LEAN=1" } else { "" };
-    format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}{lean}")
+    format!("-DMV_UNROLL={unroll} -DMV_UNROLL_Q4_0={unroll_q4_0}{pairs}")
 }
 
 /// What programs' build options take from their device, so that the
@@ -265,21 +262,12 @@ pub fn build_options(
 ) -> String {
     let unrolls = matvec_defines(config, source);
     // Settings of one program (the mma tile's shape, the GLU's warps, the
-    // attention + O kernels' register cap, the staged Q/K/V and GLU kernels)
-    // only for that program, so that sweeping one leaves the other programs'
-    // cached binaries (keyed by options) valid.
-    // The staged kernels are compiled only where asked, so the default
-    // programs hold no kernel that a GPU has not run; their cp.async
-    // (mul_mv.cl MV_STAGE) needs sm_80.
-    let staged = match (config.mv_staged, target.has_mma()) {
-        (false, _) => "",
-        (true, true) => " -DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1",
-        (true, false) => " -DPOLYCL_MV_STAGED=1",
-    };
+    // attention + O kernels' register cap) only for that program, so that
+    // sweeping one leaves the other programs' cached binaries (keyed by
+    // options) valid.
     let own = match name {
         "mul_mm_mma" => config.mma_tile.defines(),
-        "mul_mv" => format!("-DGLU_WARPS={}{staged}", target.glu_warps),
-        "group_rope" => staged.trim_start().to_string(),
+        "mul_mv" => format!("-DGLU_WARPS={}", target.glu_warps),
         "attn_o" => match config.attn_o_maxrreg {
             Some(r) if target.nvidia_ptx() => format!("-cl-nv-maxrregcount={r}"),
             _ => String::new(),
@@ -489,28 +477,6 @@ mod tests {
         let words = crate::config::parse(&|k| (k == "POLYCL_MV_LOADS").then(|| "words".into()));
         let w = matvec_defines(&words, &joined("mul_mv"));
         assert!(w.contains("-DMV_UNROLL=4") && w.contains("-DMV_UNROLL_Q4_0=2"));
-        assert!(!w.contains("MV_PAIRS") && !w.contains("MV_LEAN"));
-        let lean = crate::config::parse(&|k| (k == "POLYCL_MV_LEAN").then(|| "1".into()));
-        assert!(matvec_defines(&lean, &joined("group_rope")).ends_with(" -DMV_LEAN=1"));
-    }
-
-    #[test]
-    fn the_staged_kernels_are_built_only_where_asked() {
-        let target = BuildTarget::sm_90();
-        let options = |config: &crate::config::Config, name: &str| {
-            build_options(&target, config, name, &joined(name), "")
-        };
-        let defaults = crate::config::parse(&|_| None);
-        let staged = crate::config::parse(&|k| (k == "POLYCL_MV_STAGED").then(|| "1".into()));
-        for name in ["mul_mv", "group_rope"] {
-            assert!(!options(&defaults, name).contains("MV_STAGED"), "{name}");
-            let o = options(&staged, name);
-            assert!(
-                o.contains(" -DPOLYCL_MV_STAGED=1 -DPOLYCL_CP_ASYNC=1 "),
-                "{name}: {o}"
-            );
-        }
-        assert!(options(&staged, "mul_mv").contains("-DGLU_WARPS="));
-        assert!(!options(&staged, "fa_split").contains("MV_STAGED"));
+        assert!(!w.contains("MV_PAIRS"));
     }
 }

@@ -20,7 +20,7 @@
 // decode 4% faster (docs/perf.md step 35). For Q4_0 it did nothing alone
 // (step 65); with the Q4_0 words' unroll at 1 (config.rs mv_unrolls) the
 // two made the 7B Q4_0 1.8% faster and left the 1B's as it was (step 67).
-// Q8_0 late: no change (step 65); with the lean loops it is late.
+// Q8_0 late: no change (step 65).
 #define GROUP_ROPE_EPILOGUE_SLOTS (3 + 4 * 9 + 2 + 5 + 6)
 #define GROUP_ROPE_EPILOGUE                                                                 \
     pk_i = pk_epilogue;                                                                     \
@@ -79,26 +79,7 @@ kernel void NAME(PK_SIG(MV_GROUP_ROPE_BUFS)) {                                  
 }
 
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0, mv_row2_q4_0, , GROUP_ROPE_EPILOGUE)
-#ifdef MV_LEAN_LOOPS
-// With the lean loops (mul_mv.cl MV_LEAN) Q8_0 late: 64 registers in
-// clang's sm_90 build, against 94 early and 124 early without them
-// (docs/perf.md step 69).
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0, , GROUP_ROPE_EPILOGUE)
-#else
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q8_0, mv_row2_q8_0, GROUP_ROPE_EPILOGUE, )
-#endif
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_k, mv_row2_q4_K, , GROUP_ROPE_EPILOGUE)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q6_k, mv_row2_q6_K, , GROUP_ROPE_EPILOGUE)
 MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_mixed, mv_row2_by_type, , GROUP_ROPE_EPILOGUE)
-
-// The Q4_0 kernel with its row pairs staged (mul_mv.cl MV_STAGE), built
-// only with config.rs POLYCL_MV_STAGED: each row group's stage, MV_ROWS of
-// them a work-group.
-#if defined(MV_STAGE_OK) && defined(POLYCL_MV_STAGED)
-#define GROUP_ROPE_STAGE LOCAL_ARRAY(uint4, mv_stage4, MV_ROWS * MV_STAGE_WORDS / 4);
-#define mv_row2_q4_0_staged_group(w0, w1, arow, nblocks, lane)                               \
-    mv_row2_q4_0_staged(w0, w1, arow, nblocks, lane,                                        \
-                        (__local uint *)mv_stage4 + group * MV_STAGE_WORDS)
-MV_GROUP_ROPE_KERNEL(kernel_mul_mv_group_rope_q4_0_staged, mv_row2_q4_0_staged_group,
-                     GROUP_ROPE_STAGE, GROUP_ROPE_EPILOGUE)
-#endif

@@ -53,37 +53,6 @@ inline float mv_half_bits(uint h) {
 #endif
 }
 
-// MV_LEAN (build option, config.rs POLYCL_MV_LEAN): the decode matvecs'
-// inner loops with fewer instructions a block and the same sums, bit for
-// bit (docs/perf.md step 69). Not in the step program (its PoCL compile).
-#if defined(MV_LEAN) && !defined(POLYCL_STEP)
-#define MV_LEAN_LOOPS 1
-// dot4 with a's bytes unsigned: Q4_0's high nibbles in place, 16 times
-// their value, which saves each word's shift.
-#ifdef POLYCL_NVIDIA
-inline int dot4_u8(int a, int b, int c) {
-    int r;
-    asm volatile("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-// The low word of (hi:lo) >> s for s in 0..32; 32 gives hi.
-inline uint mv_funnel(uint lo, uint hi, uint s) {
-    uint r;
-    asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(s));
-    return r;
-}
-#else
-inline int dot4_u8(int a, int b, int c) {
-    const uchar4 x = as_uchar4(a);
-    const char4 y = as_char4(b);
-    return c + x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-}
-inline uint mv_funnel(uint lo, uint hi, uint s) {
-    return (uint)(upsample(hi, lo) >> s);
-}
-#endif
-#endif
-
 // The common frame: which row, which activation row, and where to write.
 #define MV_PROLOGUE                                                                   \
     const int lane = get_local_id(0) % MV_LANES;                                      \
@@ -109,67 +78,6 @@ inline uint mv_funnel(uint lo, uint hi, uint s) {
 // One lane's share of two rows' dot products with one activation row (the
 // caller sums the 32 lanes): twice the weight loads in flight and one
 // activation load for both rows.
-#ifdef MV_LEAN_LOOPS
-// The lean loops' rows w0 and w1 of 2-byte aligned blocks of BLOCK_BYTES,
-// as aligned words: a lane's blocks keep one alignment along a row (32
-// blocks of 18 or 34 bytes are a multiple of 4 bytes), so each block is the
-// WORDS words from the word at or below it, and its scale and codes come out
-// by shifts the lane fixes once (s: 16 where the block starts on a word, 32
-// where it starts 2 bytes in): no 2-byte loads, no alignment select a
-// block. The last word may hold 2 bytes past the block: within the buffer,
-// which DeviceBuffer::alloc rounds up to whole words. BLOCK(y, s, a, da, sa)
-// is one block's product from its words y and the Q8_1 block's words a,
-// scale da (times DA_SCALE) and sum sa; the same sums as the loops below,
-// bit for bit.
-#define MV_ALIGNED_ROW2(NAME, BLOCK_BYTES, WORDS, UNROLL, DA_SCALE, BLOCK)                 \
-inline float2 NAME(const __global char *w0, const __global char *w1,                       \
-                   const __global char *arow, long nblocks, int lane) {                    \
-    float2 sum = (float2)(0.0f, 0.0f);                                                      \
-    const __global char *b0 = w0 + lane * (BLOCK_BYTES), *b1 = w1 + lane * (BLOCK_BYTES);   \
-    const uint s0 = (((ulong)b0) & 2) ? 32u : 16u, s1 = (((ulong)b1) & 2) ? 32u : 16u;     \
-    const __global uint *p0 = (const __global uint *)(b0 - (s0 - 16u) / 8u);                \
-    const __global uint *p1 = (const __global uint *)(b1 - (s1 - 16u) / 8u);                \
-    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);             \
-    const long steps = (nblocks - lane + MV_LANES - 1) / MV_LANES;                          \
-    MV_UNROLL_PRAGMA(UNROLL)                                                                \
-    for (long k = 0; k < steps; ++k) {                                                      \
-        uint a[9];                                                                          \
-        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];   \
-        const float da = (DA_SCALE) * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);   \
-        for (int m = 0; m < 2; ++m) {                                                       \
-            const __global uint *p = (m == 0 ? p0 : p1) + k * (MV_LANES * (BLOCK_BYTES) / 4); \
-            const uint s = m == 0 ? s0 : s1;                                                \
-            uint y[WORDS];                                                                  \
-            _Pragma("unroll") for (int i = 0; i < (WORDS); ++i) y[i] = p[i];                \
-            const float r = BLOCK(y, s, a, da, sa);                                         \
-            if (m == 0) sum.x += r; else sum.y += r;                                        \
-        }                                                                                   \
-    }                                                                                       \
-    return sum;                                                                             \
-}
-// Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a),
-// the high nibbles and the activation's scale as mv_pair_q4_0's (da here is
-// 1/16 of it).
-inline float mv_aligned_q4_0(const uint *y, uint s, const uint *a, float da, float sa) {
-    int lo = 0, hi = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int q = (int)mv_funnel(y[i], y[i + 1], s);
-        lo = dot4(q & 0x0F0F0F0F, (int)a[1 + i], lo);
-        hi = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], hi);
-    }
-    return mv_half_bits(y[0] >> (s - 16u)) * (da * (float)(16 * lo + hi) - 8.0f * sa);
-}
-// Q8_0 weights x Q8_1 activations: d_w * d_a * sum(q_w * q_a).
-inline float mv_aligned_q8_0(const uint *y, uint s, const uint *a, float da, float sa) {
-    int isum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) isum = dot4((int)mv_funnel(y[i], y[i + 1], s), (int)a[1 + i], isum);
-    return mv_half_bits(y[0] >> (s - 16u)) * da * (float)isum;
-}
-MV_ALIGNED_ROW2(mv_row2_words_q4_0, 18, 5, MV_UNROLL_Q4_0, 0.0625f, mv_aligned_q4_0)
-MV_ALIGNED_ROW2(mv_row2_q8_0, 34, 9, MV_UNROLL, 1.0f, mv_aligned_q8_0)
-#else
 // Q4_0 weights x Q8_1 activations: d_w * (d_a * sum(q_w * q_a) - 8 * s_a).
 inline float2 mv_row2_words_q4_0(const __global char *w0, const __global char *w1,
                                  const __global char *arow, long nblocks, int lane) {
@@ -230,7 +138,6 @@ MV_UNROLL_PRAGMA(MV_UNROLL)
     }
     return sum;
 }
-#endif
 
 // MV_PAIRS (build option, config.rs `POLYCL_MV_LOADS`, on by default): a
 // lane of a Q4_0 row pair takes two adjacent blocks at a time. Two blocks are
@@ -272,27 +179,6 @@ inline bool mv_pairs_fit(const __global char *w0, const __global char *w1,
 
 // One row's pair of blocks: x its 9 words, a the two Q8_1 blocks, whose
 // scales and sums MV_PAIR2_Q4_0 unpacked once for both rows.
-#ifdef MV_LEAN_LOOPS
-// The high nibbles by dot4_u8, their sums 16 times too large, and the low
-// nibbles' sums scaled to match: i is 16 times the sum, which
-// MV_PAIR_DA_SCALE takes out of the activation's scale. Both products are
-// exact, so the float result is the same bit for bit.
-#define MV_PAIR_DA_SCALE 0.0625f
-inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
-                          float sa1) {
-    int l0 = 0, h0 = 0, l1 = 0, h1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int q = MV_FUNNEL16(x[i], x[i + 1]);
-        l0 = dot4(q & 0x0F0F0F0F, (int)a[1 + i], l0);
-        h0 = dot4_u8(q & (int)0xF0F0F0F0, (int)a[5 + i], h0);
-        l1 = dot4((int)x[5 + i] & 0x0F0F0F0F, (int)a[10 + i], l1);
-        h1 = dot4_u8((int)x[5 + i] & (int)0xF0F0F0F0, (int)a[14 + i], h1);
-    }
-    return mv_half_bits(x[0]) * (da0 * (float)(16 * l0 + h0) - 8.0f * sa0) +
-           mv_half_bits(x[4] >> 16) * (da1 * (float)(16 * l1 + h1) - 8.0f * sa1);
-}
-#else
 #define MV_PAIR_DA_SCALE 1.0f
 inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, float da1,
                           float sa1) {
@@ -308,7 +194,6 @@ inline float mv_pair_q4_0(const uint *x, const uint *a, float da0, float sa0, fl
     return mv_half_bits(x[0]) * (da0 * (float)i0 - 8.0f * sa0) +
            mv_half_bits(x[4] >> 16) * (da1 * (float)i1 - 8.0f * sa1);
 }
-#endif
 // One lane's pair of blocks in both rows, added into `sum`: the two Q8_1
 // blocks at `ab`, and `WP`, an expression of the row m (0, 1) that points at
 // the row's 9 words (global memory or a local stage, so a macro).
@@ -340,71 +225,6 @@ MV_UNROLL_PRAGMA(MV_UNROLL_PAIRS_Q4_0)
     return sum;
 }
 
-// MV_STAGE (group_rope.cl's _staged kernel, config.rs POLYCL_MV_STAGED): a
-// warp copies its row pair into its stage in local memory, MV_STAGE_BLOCKS
-// blocks of each row at a time, before any math; on NVIDIA by cp.async, so
-// no registers carry the bytes in flight and a warp has its whole 4096-column
-// row pair in flight at once, where the pairs above hold one pair a lane
-// (docs/perf.md step 67: bytes in flight over latency). Needs 16-byte aligned
-// rows of a multiple of 8 blocks (whole 16-byte copies) and an 8-byte aligned
-// activation; otherwise the pairs above. cp.async needs sm_80
-// (POLYCL_CP_ASYNC, program.rs); elsewhere plain copies and group barriers.
-#if defined(POLYCL_NVIDIA) && defined(POLYCL_CP_ASYNC)
-#define MV_STAGE_ASYNC 1
-#else
-#define MV_STAGE_ASYNC 0
-#endif
-#define MV_STAGE_BLOCKS 128
-#define MV_STAGE_ROW_WORDS (MV_STAGE_BLOCKS * 18 / 4)
-#define MV_STAGE_WORDS (2 * MV_STAGE_ROW_WORDS)
-inline void mv_stage_copy(__local uint *dst, const __global char *src, int n16, int lane) {
-    for (int i = lane; i < n16; i += MV_LANES) {
-#if MV_STAGE_ASYNC
-        // `dst` is a shared-memory address (mul_mm_mma.cl mma_copy16 says why).
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(ulong)(dst + 4 * i)),
-                     "l"(src + 16 * i)
-                     : "memory");
-#else
-        vstore4(vload4(0, (const __global uint *)(src + 16 * i)), 0, dst + 4 * i);
-#endif
-    }
-}
-// Every lane's copies landed and every lane sees them (cp.async: the warp;
-// elsewhere the work-group, whose every work-item calls this as often).
-inline void mv_stage_wait(void) {
-#if MV_STAGE_ASYNC
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;\n\tbar.warp.sync 0xffffffff;" ::: "memory");
-#else
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-}
-// A lane's reads of the stage done before the warp copies the next chunk over it.
-inline void mv_stage_release(void) {
-#if MV_STAGE_ASYNC
-    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
-#else
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-}
-inline float2 mv_row2_q4_0_staged(const __global char *w0, const __global char *w1,
-                                  const __global char *arow, long nblocks, int lane,
-                                  __local uint *stage) {
-    if ((nblocks & 7) != 0 || ((((ulong)w0) | ((ulong)w1)) & 15) != 0 || (((ulong)arow) & 7) != 0)
-        return mv_row2_q4_0(w0, w1, arow, nblocks, lane);
-    float2 sum = (float2)(0.0f, 0.0f);
-    for (long b0 = 0; b0 < nblocks; b0 += MV_STAGE_BLOCKS) {
-        const int nb = (int)min((long)MV_STAGE_BLOCKS, nblocks - b0);
-        mv_stage_copy(stage, w0 + b0 * 18, nb * 18 / 16, lane);
-        mv_stage_copy(stage + MV_STAGE_ROW_WORDS, w1 + b0 * 18, nb * 18 / 16, lane);
-        mv_stage_wait();
-        for (int ip = lane; ip < nb / 2; ip += MV_LANES)
-            MV_PAIR2_Q4_0(arow + (b0 / 2 + ip) * (2 * Q8_1_BLOCK),
-                          stage + m * MV_STAGE_ROW_WORDS + ip * 9, sum);
-        mv_stage_release();
-    }
-    return sum;
-}
-#define MV_STAGE_OK 1
 #else
 // The step program (PoCL compiles it cold in CI) and MV_PAIRS off: the words.
 #define mv_row2_q4_0 mv_row2_words_q4_0
@@ -491,157 +311,8 @@ inline float2 NAME(const __global char *w0, const __global char *w1,            
 }
 #define Q4_K_UNIT(wb) mv_unit_q4_K((wb), j, a, da, sa)
 #define Q6_K_UNIT(wb) mv_unit_q6_K((wb), j, a, da)
-#ifdef MV_LEAN_LOOPS
-// The lean K-quant loops (the same sums, bit for bit). A lane's unit of
-// each super-block is the same along a row (32 lanes, 8 units a
-// super-block), so where its codes, scale and min sit in a block, which
-// nibble it takes and how its block is aligned are fixed once a lane;
-// a step is whole-word loads and shifts by those constants, where the units
-// above index and branch by the unit a block and take bytes and halves.
-MV_ROW2_K(mv_row2_units_q4_K, Q4_K_UNIT, 144)
-
-// Q4_K: a super-block's head (d, dmin, the 12 bytes of scales and mins)
-// and the lane's 32 code bytes are three 16-byte loads (16-byte aligned
-// rows: all but views at odd offsets, which take the units above). Sub-block
-// j's 6-bit scale and min from the head's words: for j < 4 the low 6 bits of
-// byte j of scales[0..4) and [4..8); for j >= 4 a nibble of byte j - 4 of
-// scales[8..12) and the top 2 bits of byte j - 4 of the first two words.
-// Odd sub-blocks' high nibbles in place by dot4_u8, 16 times their sum,
-// which the lane's activation scale takes out (the 1/16 and the 16 are
-// exact, as for Q4_0's pairs).
-inline float mv_lean_q4_K(const __global uint4 *blk, int cw, uint code_mask, int hi_sub,
-                          uint js, uint lo_mask, uint hi_mask, uint m_shift, const uint *a,
-                          float da, float sa) {
-    const uint4 h = blk[0], c0 = blk[cw], c1 = blk[cw + 1];
-    const uint sw = hi_sub ? h.w : h.y, mw = hi_sub ? h.w : h.z;
-    const int sc = (int)(((sw >> js) & lo_mask) | ((h.y >> (js + 2u)) & hi_mask));
-    const int m = (int)(((mw >> m_shift) & lo_mask) | ((h.z >> (js + 2u)) & hi_mask));
-    int isum = 0;
-    isum = dot4_u8((int)(c0.x & code_mask), (int)a[1], isum);
-    isum = dot4_u8((int)(c0.y & code_mask), (int)a[2], isum);
-    isum = dot4_u8((int)(c0.z & code_mask), (int)a[3], isum);
-    isum = dot4_u8((int)(c0.w & code_mask), (int)a[4], isum);
-    isum = dot4_u8((int)(c1.x & code_mask), (int)a[5], isum);
-    isum = dot4_u8((int)(c1.y & code_mask), (int)a[6], isum);
-    isum = dot4_u8((int)(c1.z & code_mask), (int)a[7], isum);
-    isum = dot4_u8((int)(c1.w & code_mask), (int)a[8], isum);
-    return da * mv_half_bits(h.x) * (float)sc * (float)isum -
-           mv_half_bits(h.x >> 16) * (float)m * sa;
-}
-inline float2 mv_row2_q4_K(const __global char *w0, const __global char *w1,
-                           const __global char *arow, long units, int lane) {
-    if (((((ulong)w0) | ((ulong)w1)) & 15) != 0)
-        return mv_row2_units_q4_K(w0, w1, arow, units, lane);
-    const int j = lane & 7, hi_sub = j >= 4;
-    const uint js = 8u * (uint)(j & 3);
-    const uint code_mask = (j & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-    const float da_scale = (j & 1) ? 0.0625f : 1.0f;
-    const uint lo_mask = hi_sub ? 0xFu : 0x3Fu, hi_mask = hi_sub ? 0x30u : 0u;
-    const uint m_shift = js + (hi_sub ? 4u : 0u);
-    const int cw = 1 + 2 * (j >> 1); // the lane's codes: bytes 16 + 32 (j / 2) of a block
-    const __global uint4 *p0 = (const __global uint4 *)(w0 + (lane >> 3) * 144);
-    const __global uint4 *p1 = (const __global uint4 *)(w1 + (lane >> 3) * 144);
-    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);
-    const int steps = (int)((units - lane + MV_LANES - 1) / MV_LANES);
-    float2 sum = (float2)(0.0f, 0.0f);
-    MV_UNROLL_PRAGMA(MV_UNROLL)
-    for (int k = 0; k < steps; ++k) {
-        uint a[9];
-        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[i];
-        const float da = da_scale * mv_half_bits(a[0]), sa = mv_half_bits(a[0] >> 16);
-        sum.x += mv_lean_q4_K(p0, cw, code_mask, hi_sub, js, lo_mask, hi_mask, m_shift, a, da, sa);
-        sum.y += mv_lean_q4_K(p1, cw, code_mask, hi_sub, js, lo_mask, hi_mask, m_shift, a, da, sa);
-        // A step is 4 super-blocks of 144 bytes (36 16-byte words) and 32 Q8_1 blocks.
-        p0 += 36;
-        p1 += 36;
-        pa += MV_LANES * 9;
-    }
-    return sum;
-}
-
-// Q6_K: blocks of 210 bytes sit 0 or 2 bytes past a word, the same for a
-// lane along a row (a step is 4 blocks, 840 bytes), so each row's blocks are
-// read as aligned words from `base` (the word at or below the lane's first
-// block) and each code word is a funnel shift of two: the low nibbles by
-// `sl`, the high 2 bits by `sh` into bits 4-5 of each byte (from the word
-// before qh where the shift would go negative). `qh`, `scw` are word indices
-// in a block, `scb` and `db` bit positions of the lane's two scales and of d.
-// d's word may hold 2 bytes past the block: within the buffer, which
-// DeviceBuffer::alloc rounds up to whole words.
-typedef struct {
-    const __global uint *base;
-    uint sl, sh, scb, db;
-    int qh, scw;
-} mv_lean_q6_K_row;
-inline mv_lean_q6_K_row mv_lean_q6_K_at(const __global char *w, int lane) {
-    const int g = lane & 7, n = g >> 2, k = g & 3;
-    const __global char *blk = w + (lane >> 3) * 210;
-    const uint off = (uint)(((ulong)blk) & 2);
-    const uint shh = 2u * (uint)k;
-    const int back = off == 0 && shh < 4;
-    mv_lean_q6_K_row r;
-    r.base = (const __global uint *)(blk - off);
-    r.sl = 8u * off + 4u * (uint)(k >> 1);
-    r.sh = off != 0 ? 12u + shh : (back ? 28u + shh : shh - 4u);
-    r.qh = (128 + 32 * n) / 4 - back;
-    r.scw = (int)((192u + 2u * (uint)g + off) / 4u);
-    r.scb = 8u * ((2u * (uint)g + off) & 3u);
-    r.db = 8u * off;
-    return r;
-}
-// One row's unit from its block's words at p: ql word qlw (the lane's), the
-// activation's words a, scale da and half sums as0, as1.
-inline float mv_lean_q6_K(const __global uint *p, mv_lean_q6_K_row r, int qlw, const uint *a,
-                          float da, int as0, int as1) {
-    uint lw[9], hw[9];
-#pragma unroll
-    for (int i = 0; i < 9; ++i) {
-        lw[i] = p[qlw + i];
-        hw[i] = p[r.qh + i];
-    }
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int code = (int)((mv_funnel(lw[i], lw[i + 1], r.sl) & 0x0F0F0F0Fu) |
-                               (mv_funnel(hw[i], hw[i + 1], r.sh) & 0x30303030u));
-        if (i < 4)
-            s0 = dot4(code, (int)a[1 + i], s0);
-        else
-            s1 = dot4(code, (int)a[1 + i], s1);
-    }
-    const uint sw = p[r.scw];
-    const float sc0 = (float)((int)(sw << (24u - r.scb)) >> 24);
-    const float sc1 = (float)((int)(sw << (16u - r.scb)) >> 24);
-    const float d = mv_half_bits(p[52] >> r.db);
-    return da * d * (sc0 * (float)(s0 - 32 * as0) + sc1 * (float)(s1 - 32 * as1));
-}
-inline float2 mv_row2_q6_K(const __global char *w0, const __global char *w1,
-                           const __global char *arow, long units, int lane) {
-    const int g = lane & 7;
-    const int qlw = 16 * (g >> 2) + 8 * (g & 1);
-    const mv_lean_q6_K_row r0 = mv_lean_q6_K_at(w0, lane), r1 = mv_lean_q6_K_at(w1, lane);
-    const __global uint *pa = (const __global uint *)(arow + lane * Q8_1_BLOCK);
-    const int steps = (int)((units - lane + MV_LANES - 1) / MV_LANES);
-    const int ones = 0x01010101;
-    float2 sum = (float2)(0.0f, 0.0f);
-    MV_UNROLL_PRAGMA(MV_UNROLL)
-    for (int k = 0; k < steps; ++k) {
-        uint a[9];
-        _Pragma("unroll") for (int i = 0; i < 9; ++i) a[i] = pa[k * (MV_LANES * 9) + i];
-        const float da = mv_half_bits(a[0]);
-        int as0 = 0, as1 = 0;
-        as0 = dot4(ones, (int)a[1], dot4(ones, (int)a[2], dot4(ones, (int)a[3], dot4(ones, (int)a[4], as0))));
-        as1 = dot4(ones, (int)a[5], dot4(ones, (int)a[6], dot4(ones, (int)a[7], dot4(ones, (int)a[8], as1))));
-        // A step is 4 blocks of 210 bytes: 210 words.
-        sum.x += mv_lean_q6_K(r0.base + k * 210, r0, qlw, a, da, as0, as1);
-        sum.y += mv_lean_q6_K(r1.base + k * 210, r1, qlw, a, da, as0, as1);
-    }
-    return sum;
-}
-#else
 MV_ROW2_K(mv_row2_q4_K, Q4_K_UNIT, 144)
 MV_ROW2_K(mv_row2_q6_K, Q6_K_UNIT, 210)
-#endif
 
 // Q4_0 and Q8_0 matvecs: each row group (32 lanes) computes two adjacent
 // rows in one pass (mv_row2_*), so twice the weight loads are in flight and
@@ -855,14 +526,12 @@ MV_NORMED_KERNEL(kernel_mul_mv_normed_q6_k, mv_row2_q6_K)
 #define MV_GLU_BUFS(R, W)                                                                   \
     R(const char, wg) R(const char, wu) R(const char, act) W(char, dglu) W(char, dgate)     \
     W(char, dup) W(char, q8) MV_NORM_BUF(R)
-// STAGE: local arrays of ROWDOT2's own (the staged kernel's), or nothing.
-#define MV_GLU_KERNEL(NAME, ROWDOT2, WARPS, STAGE)                                          \
+#define MV_GLU_KERNEL(NAME, ROWDOT2, WARPS)                                                 \
 kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                                     \
     PK_BEGIN_BUFS(MV_GLU_BUFS)                                                              \
     PK_TENSOR(wg) PK_TENSOR(wu) PK_ULONG(act_off) PK_TENSOR(dglu) PK_TENSOR(dgate)          \
     PK_TENSOR(dup) PK_ULONG(q8_off) PK_INT(has_q8) PK_MV_NORM                               \
     LOCAL_ARRAY(float, scratch_all, WARPS * MV_LANES);                                      \
-    STAGE                                                                                   \
     LOCAL_ARRAY(float, lg, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, lu, GLU_ROWS);                                                       \
     LOCAL_ARRAY(float, ly, GLU_ROWS);                                                       \
@@ -911,27 +580,15 @@ kernel void NAME(PK_SIG(MV_GLU_BUFS)) {                                         
     PK_END                                                                                  \
 }
 
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS, )
-MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0, GLU_WARPS, )
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K, GLU_WARPS, )
-MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS, )
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0, mv_row2_q4_0, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q8_0, mv_row2_q8_0, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q4_k, mv_row2_q4_K, GLU_WARPS)
+MV_GLU_KERNEL(kernel_mul_mv_glu_q6_k, mv_row2_q6_K, GLU_WARPS)
 #ifndef POLYCL_STEP
 // 16 warps a work-group whatever GLU_WARPS is, for GLUs of few work-groups
 // (plan/fused_matmul.rs `glu_shape`): two row pairs a warp in sequence
 // instead of four.
-MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_words_q4_0, 16, )
-#endif
-// The Q4_0 GLU with its row pairs staged (MV_STAGE above), built only with
-// config.rs POLYCL_MV_STAGED: a warp's gate and up rows (4096 columns: the
-// whole of both) are one copy in flight and one round trip, where the pairs
-// take two, and a warp takes its four row pairs in sequence. GLU_WARPS
-// stages a work-group: 36 KiB of local memory at 8 warps.
-#if defined(MV_STAGE_OK) && defined(POLYCL_MV_STAGED)
-#define GLU_STAGE LOCAL_ARRAY(uint4, mv_stage4, GLU_WARPS * MV_STAGE_WORDS / 4);
-#define mv_row2_q4_0_staged_glu(w0, w1, arow, nblocks, lane)                                 \
-    mv_row2_q4_0_staged(w0, w1, arow, nblocks, lane,                                        \
-                        (__local uint *)mv_stage4 + warp * MV_STAGE_WORDS)
-MV_GLU_KERNEL(kernel_mul_mv_glu_q4_0_staged, mv_row2_q4_0_staged_glu, GLU_WARPS, GLU_STAGE)
+MV_GLU_KERNEL(kernel_mul_mv_glu16_q4_0, mv_row2_words_q4_0, 16)
 #endif
 
 #ifndef POLYCL_STEP
