@@ -35,18 +35,20 @@ GREEDY=$(build_greedy)
 key=$(sha256sum "$POLYCL_ROOT/scripts/make-model-raw.py" | cut -c1-12)
 MDIR="$POLYCL_CACHE/launch-models-$key"
 mkdir -p "$MDIR"
+raw_model() { # FILE ARG...: make-model-raw.py's model with ARGs, made where missing, under its
+  # name only once complete
+  [[ -f "$1" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$1.tmp" "${@:2}" >/dev/null
+  [[ -f "$1" ]] || mv -f "$1.tmp" "$1"
+}
 for l in 2 6; do
-  m="$MDIR/tiny-q4_0-$l.gguf"
-  [[ -f "$m" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$m.tmp" --preset tiny --type q4_0 --layers "$l" >/dev/null
-  [[ -f "$m" ]] || mv -f "$m.tmp" "$m"
+  raw_model "$MDIR/tiny-q4_0-$l.gguf" --preset tiny --type q4_0 --layers "$l"
 done
 
 # The matvec + norm kernels on rows as wide as the 1B's (64 shares a row) over six layers of
 # a growing residual: the decode tokens must equal the CPU backend's, with no NaN (without
 # its factor c, the norm's Q8_1 copy overflowed half's range: NaN logits here and on the 1B).
 WIDE="$MDIR/wide-q4_0.gguf"
-[[ -f "$WIDE" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$WIDE.tmp" --preset wide --type q4_0 >/dev/null
-[[ -f "$WIDE" ]] || mv -f "$WIDE.tmp" "$WIDE"
+raw_model "$WIDE" --preset wide --type q4_0
 
 # Launches of the last graph compute of a short generation; the kernel names of the last
 # plan built (the decode step's) go to $KERNELS.
@@ -141,20 +143,18 @@ grep -qw kernel_mul_mv_norm_q4_0 <<<"$out" || { echo "FAIL: the wide model runs 
 # check_setting LABEL MODEL WANT VAR=value... [-- KERNEL...]: with the settings (and the fast
 # kernels, fa on, 8 tokens after 8), the model's greedy tokens equal WANT (the CPU backend's, or
 # polycl's own for a setting that must keep the default's sums) and each KERNEL launches.
-polycl_tokens() { # MODEL VAR=value...: polycl's greedy tokens as check_setting runs them
+polycl_run() { # MODEL VAR=value...: check_setting's generation, its whole log (-v, POLYCL_LOG)
   local model=$1
   shift
-  env "$@" POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" -m "$model" --fa on \
-    --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 2>&1 | grep '^tokens:' || true
+  env "$@" POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+    -m "$model" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1
 }
 check_setting() {
   local label=$1 model=$2 want=$3 out got k vars=()
   shift 3
   while (($#)) && [[ $1 != -- ]]; do vars+=("$1"); shift; done
   (($#)) && shift
-  out=$(env "${vars[@]}" POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
-    -m "$model" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) ||
-    { echo "$out" | grep -v launches | tail -n 3 || true; }
+  out=$(polycl_run "$model" "${vars[@]}") || { echo "$out" | grep -v launches | tail -n 3 || true; }
   got=$(echo "$out" | grep '^tokens:' || true)
   echo "$label, ${vars[*]}: want $want; polycl $got"
   for k in "$@"; do
@@ -184,9 +184,8 @@ check_setting "Q8_0 model" "$Q80" "$q80_cpu" POLYCL_MVN_SPLIT=2 -- kernel_mul_mv
 # off, part within 8 tokens; a matvec's pair sums made 5e-7 too large, a temporary edit,
 # changed the 8th token here, and none of the wide model's).
 WIDEC="$MDIR/wide-centered-q4_0.gguf"
-[[ -f "$WIDEC" ]] || python3 "$POLYCL_ROOT/scripts/make-model-raw.py" "$WIDEC.tmp" --preset wide --type q4_0 --centered >/dev/null
-[[ -f "$WIDEC" ]] || mv -f "$WIDEC.tmp" "$WIDEC"
-widec=$(polycl_tokens "$WIDEC")
+raw_model "$WIDEC" --preset wide --type q4_0 --centered
+widec=$(polycl_run "$WIDEC" | grep '^tokens:' || true)
 [[ -n $widec && $(wc -w <<<"$widec") -eq 9 ]] || { echo "FAIL: no tokens from the centered wide model"; fail=1; }
 check_setting "centered wide model" "$WIDEC" "$widec" POLYCL_HANDOFF=serial
 # The hand-off (runtime/handoff.rs) in its serial form, the counters on the one queue: the
