@@ -13,7 +13,7 @@
 use super::lower::grid;
 use super::Binder;
 use crate::config;
-use crate::error::Result;
+use crate::error::{ClContext, Result};
 use crate::ggml::types::GgmlType;
 use crate::ir::{Graph, Node, Op, TensorType, Value};
 use crate::runtime::buffer::finish_event;
@@ -41,11 +41,16 @@ const FV_WG: usize = 128;
 /// A power-of-two chunk of `k`'s positions, from `min` to MAX_CHUNK, such
 /// that `groups` work-groups a chunk make about `POLYCL_FA_GROUPS` in all.
 fn chunk_for(k: &TensorType, groups: i64, min: i64) -> i64 {
+    chunk_within(k, groups, min, MAX_CHUNK)
+}
+
+/// `chunk_for` with its own largest chunk.
+fn chunk_within(k: &TensorType, groups: i64, min: i64, max: i64) -> i64 {
     ((k.ne[1] * groups).max(0) as u64)
         .div_ceil(config::get().fa_groups as u64)
         .max(1)
         .next_power_of_two()
-        .clamp(min as u64, MAX_CHUNK as u64) as i64
+        .clamp(min as u64, max as u64) as i64
 }
 
 /// Chunks of `chunk_len` positions that cover `k`'s.
@@ -66,6 +71,36 @@ fn chunk(q: &TensorType, k: &TensorType) -> i64 {
 
 fn chunks(q: &TensorType, k: &TensorType) -> i64 {
     chunk_count(k, chunk(q, k))
+}
+
+/// Work-items of `kernel_fa_long_*` (FL_WG): a key a work-item a step.
+const FL_WG: i64 = 128;
+/// Work-groups a compute unit that the long-cache kernel's default split
+/// makes: on the H200 its 168 registers hold three 128-wide groups a
+/// compute unit, and its groups step through their chunks without the
+/// merge's round trips, so one wave of them is the split it needs.
+const LONG_GROUPS_PER_CU: i64 = 3;
+
+/// Work-groups the long-cache kernel splits a graph's cache into:
+/// `POLYCL_FA_LONG_GROUPS`, or LONG_GROUPS_PER_CU a compute unit.
+fn long_groups(device: &Device) -> Result<i64> {
+    Ok(match config::get().fa_long_groups {
+        Some(n) => n as i64,
+        None => device.cl.max_compute_units().cl("clGetDeviceInfo")? as i64 * LONG_GROUPS_PER_CU,
+    })
+}
+
+/// The long-cache kernel's chunk: `groups` work-groups over the (query,
+/// head) rows, a multiple of its step (FL_WG keys), and at least the vector
+/// kernels' chunk (`chunk`), so that their partial states (`partial_bytes`)
+/// hold its chunks too. Not a power of two: rounding up to one halved the
+/// 7B's groups at 16384 positions (160 on 132 compute units).
+fn long_chunk(q: &TensorType, k: &TensorType, groups: i64) -> i64 {
+    let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
+    let per_row = (groups / rows).max(1);
+    let len = (k.ne[1].max(1) as u64).div_ceil(per_row as u64);
+    let len = len.div_ceil(FL_WG as u64) as i64 * FL_WG;
+    len.max(chunk(q, k))
 }
 
 /// Rows of `kernel_fa_gqa_*` (fa_gqa.cl): one m16n8k16 tile of query heads.
@@ -214,11 +249,16 @@ pub fn lower_split(
         (None, None) => one_kernel(b, tk, tv, &k, &v),
         _ => None,
     };
-    let chunk_len = match (gqa, short, one) {
-        (Some(r), _, _) => gqa_chunk(tq, tk, r),
-        (None, Some((_, step_keys)), _) => chunk_from(tq, tk, step_keys),
-        (None, None, Some(_)) => tk.ne[1].max(1),
-        (None, None, None) => chunk(tq, tk),
+    let long = match (gqa, short, one) {
+        (None, None, None) => long_kernel(tk, tv, &k, &v),
+        _ => None,
+    };
+    let chunk_len = match (gqa, short, one, long) {
+        (Some(r), _, _, _) => gqa_chunk(tq, tk, r),
+        (None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
+        (None, None, Some(_), _) => tk.ne[1].max(1),
+        (None, None, None, Some(_)) => long_chunk(tq, tk, long_groups(&b.device)?),
+        (None, None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
@@ -245,10 +285,11 @@ pub fn lower_split(
         let kv_heads = (k.ne[2] * q.ne[3]) as usize;
         ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
     } else {
-        let (name, wg) = match (short, one) {
-            (Some((name, _)), _) => (name, FS_WG),
-            (None, Some(name)) => (name, FO_WG),
-            (None, None) => split_kernel(tk, tv, &k, &v),
+        let (name, wg) = match (short, one, long) {
+            (Some((name, _)), _, _) => (name, FS_WG),
+            (None, Some(name), _) => (name, FO_WG),
+            (None, None, Some(name)) => (name, FL_WG as usize),
+            (None, None, None) => split_kernel(tk, tv, &k, &v),
         };
         (
             "fa_split",
@@ -378,6 +419,31 @@ fn one_kernel(
     } else {
         "kernel_fa_one_d128"
     })
+}
+
+/// The long-cache kernel (`kernel_fa_long_*`, fa_split.cl), where it takes
+/// the node: a cache of at least `POLYCL_FA_LONG_KV` positions, K/V as the
+/// vector kernels read them, DK = DV of 64 or 128, every row 16-byte
+/// aligned (a lane loads 8 halves at once), and no step kernel (whose
+/// program holds only `kernel_fa_vec`). A run of 8 lanes a key and one
+/// exponential a lane a step, where the vector kernels spend a warp a key
+/// and every key's exponential on every lane (docs/perf.md step 74).
+fn long_kernel(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> Option<&'static str> {
+    let min_kv = config::get().fa_long_kv;
+    let aligned =
+        |o: &Operand| o.offset.is_multiple_of(16) && o.nb[1..].iter().all(|s| s.is_multiple_of(16));
+    let ok = min_kv > 0
+        && tk.ne[1] >= min_kv as i64
+        && vec_applies(tk, tv, k, v)
+        && k.ne[0] == v.ne[0]
+        && aligned(k)
+        && aligned(v)
+        && !crate::runtime::step::wanted();
+    match (ok, k.ne[0]) {
+        (true, 64) => Some("kernel_fa_long_d64"),
+        (true, 128) => Some("kernel_fa_long_d128"),
+        _ => None,
+    }
 }
 
 /// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.
@@ -577,6 +643,11 @@ mod tests {
             let per_chunk = (n_q * n_head * state_floats(d) * 4) as u64;
             let vec_chunks = chunks(&q, &k) as u64;
             assert!(partial_bytes(&q, &k, &v) >= vec_chunks * per_chunk);
+            for groups in [1, 264, 396, 100_000] {
+                let lc = long_chunk(&q, &k, groups);
+                assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
+                assert!(partial_bytes(&q, &k, &v) >= chunk_count(&k, lc) as u64 * per_chunk);
+            }
             if let Some(ratio) = gqa_ratio(&q, &k) {
                 let c = gqa_chunk(&q, &k, ratio);
                 assert!((GQA_MIN_CHUNK..=MAX_CHUNK).contains(&c) && c.count_ones() == 1);

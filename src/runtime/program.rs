@@ -181,6 +181,8 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_short_d64",
     "kernel_fa_one_d128",
     "kernel_fa_one_d64",
+    "kernel_fa_long_d128",
+    "kernel_fa_long_d64",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
 ];

@@ -288,6 +288,18 @@ inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int
 inline void warp_sum8(float *v, __local float *scratch) {
     lanes_sum_n(v, 8, scratch, 32);
 }
+// out[i] = v of lane i of this work-item's aligned run of `width` lanes, for
+// i < n (n a constant at every call, at most `width`).
+inline void lanes_share(float v, float *out, const int n, __local float *scratch,
+                        const int width) {
+    (void)scratch;
+    const int clamp = ((32 - width) << 8) | 0x1f;
+#pragma unroll
+    for (int i = 0; i < n; ++i)
+        asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
+                     : "=f"(out[i])
+                     : "f"(v), "r"(i), "r"(clamp));
+}
 #else
 // The sum over each aligned run of `width` lanes of the group, `scratch`
 // holding `width` floats for the caller's run.
@@ -323,6 +335,13 @@ inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int
 }
 inline void warp_sum8(float *v, __local float *scratch) {
     lanes_sum_n(v, 8, scratch, 32);
+}
+inline void lanes_share(float v, float *out, const int n, __local float *scratch,
+                        const int width) {
+    scratch[get_local_id(0) % width] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < n; ++i) out[i] = scratch[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 #endif
 

@@ -380,6 +380,71 @@ inline void fv_load_step(const __global char *kr0, const __global char *vr0,
     }
 }
 
+// The end of a chunk for the vector bodies, after the barrier that follows
+// their stores: `nvw` runs of lanes (a run owns a set of keys) have put their
+// softmax state in `wstate` (M, then S scaled to the group's largest M, `M`)
+// and their accumulators, scaled alike, in `accs`, `dmax` floats a run. Sums
+// the runs and either writes dst (the whole cache in this group) or
+// publishes the chunk and lets the last group merge (fa_publish_merge).
+inline __attribute__((always_inline)) void fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt,
+                         ulong cnt_off, int n_chunks, int c, float M, long iq, long h, long z,
+                         long DV, long row, long n_head, long n_q, TENSOR(dst), int has_q8,
+                         __global char *q8, ulong q8_off, const int wg, const int nvw,
+                         const int dmax, __local float *red, __local float *wstate,
+                         __local float *accs, __local int *last) {
+    const int l = get_local_id(0), dv = (int)DV;
+    float S = 0.0f;
+    for (int w = 0; w < nvw; ++w) S += wstate[2 * w + 1];
+    // With `parts` > 1 work-items an element, each sums every parts-th warp
+    // into `red` first (red is free: the loop's last use of it came before
+    // the barriers above).
+    const int parts = min(nvw, wg / dv);
+    if (parts > 1 && l < parts * dv) {
+        const int d = l % dv;
+        float a = 0.0f;
+        for (int w = l / dv; w < nvw; w += parts) a += accs[w * dmax + d];
+        red[l] = a;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Element d of the chunk's accumulator (the warps' sum).
+#define FV_ACC_SUM(d, a)                                                                    \
+    float a = 0.0f;                                                                         \
+    if (parts > 1)                                                                          \
+        for (int p = 0; p < parts; ++p) a += red[p * dv + (d)];                             \
+    else                                                                                    \
+        for (int w = 0; w < nvw; ++w) a += accs[w * dmax + (d)];
+    // The whole cache in this group (uniform over it): dst straight from
+    // local memory, without the partial state's write and read back. No
+    // return before the helpers' barriers (PoCL 3.1 miscompiles that).
+    const int whole = n_chunks == 1;
+    if (whole) {
+        for (int d = l; d < dv; d += wg) {
+            FV_ACC_SUM(d, a)
+            const float y = S == 0.0f ? 0.0f : a / S;
+            store_f32(AT(dst, d, h, iq, z), y);
+            accs[d] = y; // column d of accs is this work-item's alone
+        }
+    } else {
+        __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
+        for (int d = l; d < dv; d += wg) {
+            FV_ACC_SUM(d, a)
+            o[d] = a;
+        }
+    }
+#undef FV_ACC_SUM
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (whole) {
+        if (has_q8)
+            fa_store_q8_rows(accs, red, 1, dv, h, 1, iq, z, dst_ne, q8, q8_off, wg);
+    } else {
+        // accs[0..DV) and red were read above by other work-items: the
+        // barrier before this keeps the helper from overwriting them early.
+        fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, n_head,
+                         n_q, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red,
+                         last, wg);
+    }
+}
+
 // The body of both decode kernels. `slots` (at most FV_SLOTS) is how many
 // 128-wide slices of a row a lane holds: 1 for head sizes up to 128, so a
 // lane spends no registers on a second slice it never uses (two slices took
@@ -516,56 +581,9 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
         if (d < DV) vstore4(acc[i] * f, 0, accs + warp * dmax + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float S = 0.0f;
-    for (int w = 0; w < nvw; ++w) S += wstate[2 * w + 1];
-    // With `parts` > 1 work-items an element, each sums every parts-th warp
-    // into `red` first (red is free: the loop's last use of it came before
-    // the barriers above).
-    const int parts = min(nvw, wg / dv);
-    if (parts > 1 && l < parts * dv) {
-        const int d = l % dv;
-        float a = 0.0f;
-        for (int w = l / dv; w < nvw; w += parts) a += accs[w * dmax + d];
-        red[l] = a;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    // Element d of the chunk's accumulator (the warps' sum).
-#define FV_ACC_SUM(d, a)                                                                    \
-    float a = 0.0f;                                                                         \
-    if (parts > 1)                                                                          \
-        for (int p = 0; p < parts; ++p) a += red[p * dv + (d)];                             \
-    else                                                                                    \
-        for (int w = 0; w < nvw; ++w) a += accs[w * dmax + (d)];
-    // The whole cache in this group (uniform over it): dst straight from
-    // local memory, without the partial state's write and read back. No
-    // return before the helpers' barriers (PoCL 3.1 miscompiles that).
-    const int whole = n_chunks == 1;
-    if (whole) {
-        for (int d = l; d < dv; d += wg) {
-            FV_ACC_SUM(d, a)
-            const float y = S == 0.0f ? 0.0f : a / S;
-            store_f32(AT(dst, d, h, iq, z), y);
-            accs[d] = y; // column d of accs is this work-item's alone
-        }
-    } else {
-        __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
-        for (int d = l; d < dv; d += wg) {
-            FV_ACC_SUM(d, a)
-            o[d] = a;
-        }
-    }
-#undef FV_ACC_SUM
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (whole) {
-        if (has_q8)
-            fa_store_q8_rows(accs, red, 1, dv, h, 1, iq, z, dst_ne, q8, q8_off, wg);
-    } else {
-        // accs[0..DV) and red were read above by other work-items: the
-        // barrier before this keeps the helper from overwriting them early.
-        fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2,
-                         q_ne.s1, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red,
-                         last, wg);
-    }
+    fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV, row, q_ne.s2, q_ne.s1,
+                 dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, wg, nvw, dmax, red, wstate, accs,
+                 last);
 }
 
 #define FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, WG, KPW, DMAX)                         \
@@ -597,6 +615,156 @@ FV_KERNEL(kernel_fa_vec_d128, 1, 1, 32)
 // Head sizes up to 64: a key a 16-lane run, so a warp takes two keys at once
 // and no lane idles (with 32 lanes a key, lanes 16-31 held nothing).
 FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
+#endif
+
+// Long caches (plan/flash_attn.rs `long_kernel`), in the shape of llama.cpp's
+// CUDA vector kernel. fa_vec_body gives a key a whole warp and every lane
+// the scores and exponentials of all its warp's keys: at 16384 cached
+// positions it read the 7B's K and V at ~2 TB/s where CUDA's kernel reads
+// them at ~4 (docs/perf.md steps 41 and 74). Here a run of FL_LK lanes takes
+// a key with 16-byte loads (lane t holds dimensions 8t + 64p .. + 7 of
+// piece p: one piece at head size 64, two at 128), so a key's sum is three
+// shuffle levels and a warp sums four keys at once; after its run's FL_LK
+// keys each lane keeps one key's score (work-item l: key t0 + l of a step),
+// so a step's softmax is one exponential a lane. The run then takes the V
+// rows of its own FL_LK keys with their weights shared from the lanes that
+// hold them. Nothing is loaded a step ahead: a step's 16 K and V loads a
+// lane are independent, and 2-3 groups a compute unit keep enough bytes in
+// flight. DK = DV = 64 * pieces; rows 16-byte aligned. Grid {FL_WG, n_q *
+// n_chunks, n_head * ne3}.
+#define FL_WG 128
+#define FL_LK 8
+#define FL_RUNS (FL_WG / FL_LK)
+#define FL_PIECES 2
+
+inline float8 fl_half8(uint4 u) {
+    return vload_half8(0, (const __private half *)&u);
+}
+
+inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
+                         __global float *part, ulong part_off, __global uint *cnt, ulong cnt_off,
+                         int chunk, int n_chunks, int c, float scale, float softcap, float slope,
+                         long iq, long h, long hk, long z, long DV, long n_kv, long row,
+                         TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                         const int pieces, __local float *red, __local float *wstate,
+                         __local float *accs, __local int *last) {
+    const int l = get_local_id(0), warp = l / 32, run = l / FL_LK, t = l % FL_LK;
+    __local float *rred = red + run * FL_LK;
+    __local float *wred = red + warp * 32;
+    float8 qv[FL_PIECES];
+#pragma unroll
+    for (int p = 0; p < pieces; ++p) {
+        const __global char *qp = AT(q, 8 * t + 64 * p, iq, h, z);
+        float r[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) r[e] = load_f32(qp + e * q_nb.s0);
+        qv[p] = (float8)(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+    }
+    const long kv0 = (long)c * chunk;
+    const int nk = (int)min((long)chunk, n_kv - kv0);
+    const __global char *kr0 = AT(k, 0, kv0, hk, z);
+    const __global char *vr0 = AT(v, 0, kv0, hk, z);
+    const __global char *mr0 = has_mask ? AT(mask, kv0, iq, h % mask_ne.s2, z % mask_ne.s3) : kr0;
+    const uint ks = (uint)k_nb.s1, vs = (uint)v_nb.s1, ms = (uint)mask_nb.s0;
+
+    float Mw = -INFINITY, Sl = 0.0f;
+    float8 acc[FL_PIECES];
+#pragma unroll
+    for (int p = 0; p < pieces; ++p) acc[p] = (float8)(0.0f);
+    // Every work-item runs the same steps (the helpers hold group barriers
+    // off NVIDIA).
+    for (int t0 = 0; t0 < nk; t0 += FL_WG) {
+        uint4 kraw[FL_LK][FL_PIECES], vraw[FL_LK][FL_PIECES];
+#pragma unroll
+        for (int i = 0; i < FL_LK; ++i) {
+            // Past the chunk's end: its last row again, in bounds, dropped below.
+            const uint j = (uint)min(t0 + run * FL_LK + i, nk - 1);
+            const __global char *kr = kr0 + (ulong)j * ks + 16 * t;
+            const __global char *vr = vr0 + (ulong)j * vs + 16 * t;
+#pragma unroll
+            for (int p = 0; p < pieces; ++p) {
+                kraw[i][p] = *(const __global uint4 *)(kr + 128 * p);
+                vraw[i][p] = *(const __global uint4 *)(vr + 128 * p);
+            }
+        }
+        const int jm = t0 + l;
+        const float mv = has_mask ? load_f16(mr0 + (ulong)min(jm, nk - 1) * ms) : 0.0f;
+        float dots[FL_LK];
+#pragma unroll
+        for (int i = 0; i < FL_LK; ++i) {
+            float a = 0.0f;
+#pragma unroll
+            for (int p = 0; p < pieces; ++p) {
+                const float8 kk = fl_half8(kraw[i][p]);
+                a += dot(qv[p].lo, kk.lo) + dot(qv[p].hi, kk.hi);
+            }
+            dots[i] = a;
+        }
+        lanes_sum_n(dots, FL_LK, rred, FL_LK);
+        float s = dots[0];
+#pragma unroll
+        for (int i = 1; i < FL_LK; ++i) s = t == i ? dots[i] : s;
+        s *= scale;
+        if (softcap != 0.0f) s = softcap * tanh(s);
+        s += slope * mv;
+        s = (jm < nk && mv != -INFINITY) ? s : -INFINITY;
+        const float Mn = fmax(Mw, warp_max(s, wred));
+        // A warp with every score so far masked keeps M = -inf and adds nothing.
+        const float f = Mn == -INFINITY ? 1.0f : exp(Mw - Mn);
+        const float pr = s == -INFINITY ? 0.0f : exp(s - Mn);
+        Sl = Sl * f + pr;
+#pragma unroll
+        for (int p = 0; p < pieces; ++p) acc[p] *= f;
+        Mw = Mn;
+        float pk[FL_LK];
+        lanes_share(pr, pk, FL_LK, rred, FL_LK);
+#pragma unroll
+        for (int i = 0; i < FL_LK; ++i) {
+            // A masked row may hold anything (the CPU backend never reads
+            // it): p == 0 must not turn a NaN or inf into the sum.
+            if (pk[i] != 0.0f) {
+#pragma unroll
+                for (int p = 0; p < pieces; ++p) acc[p] += pk[i] * fl_half8(vraw[i][p]);
+            }
+        }
+    }
+    // A run's state: its lanes' keys' S, its accumulator over its keys, both
+    // scaled to the group's largest M (fv_chunk_end sums the runs).
+    float Sr[1] = {Sl};
+    lanes_sum_n(Sr, 1, rred, FL_LK);
+    if (t == 0) wstate[2 * run] = Mw;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float M = -INFINITY;
+    for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * r]);
+    const float f = Mw == -INFINITY ? 0.0f : exp(Mw - M);
+    if (t == 0) wstate[2 * run + 1] = Sr[0] * f;
+#pragma unroll
+    for (int p = 0; p < pieces; ++p) vstore8(acc[p] * f, 0, accs + run * DV + 8 * t + 64 * p);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV, row, q_ne.s2, q_ne.s1,
+                 dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, FL_WG, FL_RUNS, (int)DV, red,
+                 wstate, accs, last);
+}
+
+#if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
+#define FL_KERNEL(NAME, PIECES)                                                             \
+kernel void NAME(FA_SPLIT_ARGS) {                                                           \
+    FA_SPLIT_PARAMS                                                                         \
+    LOCAL_ARRAY(float, red, FL_WG);                                                         \
+    LOCAL_ARRAY(float, wstate, 2 * FL_RUNS);                                                \
+    LOCAL_ARRAY(float, accs, FL_RUNS * 64 * (PIECES));                                      \
+    LOCAL_ARRAY(int, last, 1);                                                              \
+    (void)l;                                                                                \
+    (void)DK;                                                                               \
+    fa_long_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,    \
+                 mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk, \
+                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DV, n_kv, row, dst,      \
+                 dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, PIECES, red, wstate, accs,    \
+                 last);                                                                     \
+    PK_END                                                                                  \
+}
+FL_KERNEL(kernel_fa_long_d128, 2)
+FL_KERNEL(kernel_fa_long_d64, 1)
 #endif
 
 // Short caches (plan/flash_attn.rs `short_applies`): the same body 512 wide
