@@ -2,8 +2,9 @@
 //! split-KV kernel of `fa_split.cl` (one work-group per query, KV chunk and
 //! head; the last group of a query and head merges the chunks, so it is one
 //! launch), so a single token fills the device: `kernel_fa_vec` (warps own
-//! whole K/V rows) for F16 K/V with 8-byte aligned rows, `kernel_fa_split`
-//! otherwise; for more queries (a prompt)
+//! whole K/V rows) for F16 K/V with 8-byte aligned rows, and at long caches
+//! `kernel_fa_long_*` (runs of 8 lanes a key, `long_kernel`) where they are
+//! 16-byte aligned, `kernel_fa_split` otherwise; for more queries (a prompt)
 //! a tiled kernel, whose work-groups share each staged K/V tile among many
 //! query rows: the tensor-core tile of `fa_mma.cl` where the mma kernels are
 //! wanted and the shapes allow (`mma_applies`), else the float tile of
@@ -41,16 +42,11 @@ const FV_WG: usize = 128;
 /// A power-of-two chunk of `k`'s positions, from `min` to MAX_CHUNK, such
 /// that `groups` work-groups a chunk make about `POLYCL_FA_GROUPS` in all.
 fn chunk_for(k: &TensorType, groups: i64, min: i64) -> i64 {
-    chunk_within(k, groups, min, MAX_CHUNK)
-}
-
-/// `chunk_for` with its own largest chunk.
-fn chunk_within(k: &TensorType, groups: i64, min: i64, max: i64) -> i64 {
     ((k.ne[1] * groups).max(0) as u64)
         .div_ceil(config::get().fa_groups as u64)
         .max(1)
         .next_power_of_two()
-        .clamp(min as u64, max as u64) as i64
+        .clamp(min as u64, MAX_CHUNK as u64) as i64
 }
 
 /// Chunks of `chunk_len` positions that cover `k`'s.
