@@ -715,12 +715,105 @@ fn parse_devices(v: &str) -> Result<Vec<usize>> {
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
 pub fn get() -> &'static Config {
-    CONFIG.get_or_init(|| parse(&|k| std::env::var(k).ok()))
+    CONFIG.get_or_init(|| {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let mut c = parse(&|k| {
+            asked.borrow_mut().push(k.to_string());
+            std::env::var(k).ok()
+        });
+        let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        c.problems.extend(unknown_vars(set, &asked.into_inner()));
+        c
+    })
+}
+
+/// Variables of the project's own scripts and tests, never read by the
+/// library: their runs pass them on to every process they start.
+const HARNESS_VARS: &[&str] = &[
+    "POLYCL_LIB",
+    "POLYCL_LIB_OLD",
+    "POLYCL_ROOT",
+    "POLYCL_CACHE",
+    "POLYCL_TIMEOUT",
+    "POLYCL_TEST_DEVICE",
+    "POLYCL_TEST_OPS",
+    "POLYCL_PTXAS",
+    "POLYCL_NVPTX_ONLY",
+    "POLYCL_GENERATED_HEADER",
+    "POLYCL_GGML_BASE",
+    "POLYCL_GGML_CPU",
+    "POLYCL_LONG_RUN_STEPS",
+    "POLYCL_THREAD_RUNS",
+    "POLYCL_OP_PARAMS_RUNS",
+];
+
+/// A problem for each `POLYCL_` variable in `set` that `parse` did not ask
+/// for (`asked`): a misspelt name, or a setting since removed, would
+/// otherwise change nothing without a word.
+fn unknown_vars(set: impl Iterator<Item = String>, asked: &[String]) -> Vec<String> {
+    let mut unknown: Vec<String> = set
+        .filter(|k| k.starts_with("POLYCL_"))
+        .filter(|k| !asked.contains(k) && !HARNESS_VARS.contains(&k.as_str()))
+        .collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|k| format!("{k} is not a polycl setting (src/config.rs lists them); ignored"))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The variables `parse` reads.
+    fn asked() -> Vec<String> {
+        let asked = std::cell::RefCell::new(Vec::new());
+        parse(&|k| {
+            asked.borrow_mut().push(k.to_string());
+            None
+        });
+        asked.into_inner()
+    }
+
+    #[test]
+    fn unknown_variables_are_reported() {
+        let set = [
+            "POLYCL_FA_LONG_K",
+            "POLYCL_LOG",
+            "POLYCL_LIB",
+            "HOME",
+            "POLYCL_MV_LEAN",
+        ];
+        let problems = unknown_vars(set.iter().map(|s| s.to_string()), &asked());
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("POLYCL_FA_LONG_K is not a polycl setting"));
+        assert!(problems[1].starts_with("POLYCL_MV_LEAN is not a polycl setting"));
+    }
+
+    #[test]
+    fn the_table_lists_every_variable_read() {
+        // The module's table (`//! | `POLYCL_...` |` rows) and `parse` name
+        // the same variables, so that the check above never calls a listed
+        // setting unknown and the table misses none.
+        let mut listed: Vec<String> = include_str!("config.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| l.split('`').next())
+            .filter(|n| n.starts_with("POLYCL_"))
+            .map(str::to_string)
+            .collect();
+        // HOME and XDG_CACHE_HOME too: the program cache's default folder.
+        let mut read: Vec<String> = asked()
+            .into_iter()
+            .filter(|r| r.starts_with("POLYCL_"))
+            .collect();
+        listed.sort();
+        read.sort();
+        read.dedup();
+        assert_eq!(listed, read);
+        assert!(HARNESS_VARS.iter().all(|h| !read.iter().any(|r| r == h)));
+    }
 
     fn with(vars: &[(&str, &str)]) -> Config {
         let vars: Vec<(String, String)> = vars

@@ -1120,6 +1120,7 @@ fn a_process_with_garbage_environment_logs_each_variable() {
         .env("POLYCL_LOG", "maybe")
         .env("POLYCL_MEM_LIMIT_MB", "-1")
         .env("POLYCL_FAULT", "explode")
+        .env("POLYCL_NO_SUCH_SETTING", "1")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1130,6 +1131,7 @@ fn a_process_with_garbage_environment_logs_each_variable() {
         "POLYCL_LOG=\"maybe\"",
         "POLYCL_MEM_LIMIT_MB=\"-1\"",
         "POLYCL_FAULT=\"explode\"",
+        "POLYCL_NO_SUCH_SETTING is not a polycl setting",
     ] {
         assert!(err.contains(needle), "log lacks {needle}: {err}");
     }
