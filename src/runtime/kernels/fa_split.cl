@@ -386,12 +386,14 @@ inline void fv_load_step(const __global char *kr0, const __global char *vr0,
 // and their accumulators, scaled alike, in `accs`, `dmax` floats a run. Sums
 // the runs and either writes dst (the whole cache in this group) or
 // publishes the chunk and lets the last group merge (fa_publish_merge).
-inline __attribute__((always_inline)) void fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt,
-                         ulong cnt_off, int n_chunks, int c, float M, long iq, long h, long z,
-                         long DV, long row, long n_head, long n_q, TENSOR(dst), int has_q8,
-                         __global char *q8, ulong q8_off, const int wg, const int nvw,
-                         const int dmax, __local float *red, __local float *wstate,
-                         __local float *accs, __local int *last) {
+// Always inlined: as a plain inline function clang called it from the
+// single-row kernels and took kernel_fa_vec from 117 to 184 registers.
+inline __attribute__((always_inline)) void
+fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt_off, int n_chunks,
+             int c, float M, long iq, long h, long z, long DV, long row, long n_head, long n_q,
+             TENSOR(dst), int has_q8, __global char *q8, ulong q8_off, const int wg,
+             const int nvw, const int dmax, __local float *red, __local float *wstate,
+             __local float *accs, __local int *last) {
     const int l = get_local_id(0), dv = (int)DV;
     float S = 0.0f;
     for (int w = 0; w < nvw; ++w) S += wstate[2 * w + 1];
@@ -629,9 +631,10 @@ FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 // so a step's softmax is one exponential a lane. The run then takes the V
 // rows of its own FL_LK keys with their weights shared from the lanes that
 // hold them. Nothing is loaded a step ahead: a step's 16 K and V loads a
-// lane are independent, and 2-3 groups a compute unit keep enough bytes in
-// flight. DK = DV = 64 * pieces; rows 16-byte aligned. Grid {FL_WG, n_q *
-// n_chunks, n_head * ne3}.
+// lane are independent, and loading the next step's into the registers the
+// step frees took the kernel from 168 to 217 registers on the H200 and made
+// it slower (docs/perf.md step 74). DK = DV = 64 * pieces; rows 16-byte
+// aligned. Grid {FL_WG, n_q * n_chunks, n_head * ne3}.
 #define FL_WG 128
 #define FL_LK 8
 #define FL_RUNS (FL_WG / FL_LK)
