@@ -331,6 +331,26 @@ fn off_unless_one(
     }
 }
 
+/// A count of KV cache positions in `name` (0 to i32::MAX, the kernels'
+/// int), or `default` where it is unset or bad (with a problem saying so).
+fn positions(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: u32,
+    problems: &mut Vec<String>,
+) -> u32 {
+    let Some(v) = get(name) else { return default };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n <= i32::MAX as u32 => n,
+        _ => {
+            problems.push(format!(
+                "{name}={v:?}: expected an integer from 0 to 2147483647; using {default}"
+            ));
+            default
+        }
+    }
+}
+
 /// Reads the configuration through `get` (the environment in `get()`; a
 /// table in tests).
 pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
@@ -571,38 +591,15 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
-    if let Some(v) = get("POLYCL_FA_GQA_MIN_KV") {
-        match v.trim().parse::<u32>() {
-            Ok(n) if n <= i32::MAX as u32 => c.fa_gqa_min_kv = n,
-            _ => c.problems.push(format!(
-                "POLYCL_FA_GQA_MIN_KV={v:?}: expected an integer from 0 to 2147483647; using 512"
-            )),
-        }
-    }
-    if let Some(v) = get("POLYCL_FA_SHORT_KV") {
-        match v.trim().parse::<u32>() {
-            Ok(n) if n <= i32::MAX as u32 => c.fa_short_kv = n,
-            _ => c.problems.push(format!(
-                "POLYCL_FA_SHORT_KV={v:?}: expected an integer from 0 to 2147483647; using 256"
-            )),
-        }
-    }
-    if let Some(v) = get("POLYCL_FA_ONE_KV") {
-        match v.trim().parse::<u32>() {
-            Ok(n) if n <= i32::MAX as u32 => c.fa_one_kv = n,
-            _ => c.problems.push(format!(
-                "POLYCL_FA_ONE_KV={v:?}: expected an integer from 0 to 2147483647; using 256"
-            )),
-        }
-    }
-    if let Some(v) = get("POLYCL_FA_LONG_KV") {
-        match v.trim().parse::<u32>() {
-            Ok(n) if n <= i32::MAX as u32 => c.fa_long_kv = n,
-            _ => c.problems.push(format!(
-                "POLYCL_FA_LONG_KV={v:?}: expected an integer from 0 to 2147483647; using 1024"
-            )),
-        }
-    }
+    c.fa_gqa_min_kv = positions(
+        get,
+        "POLYCL_FA_GQA_MIN_KV",
+        c.fa_gqa_min_kv,
+        &mut c.problems,
+    );
+    c.fa_short_kv = positions(get, "POLYCL_FA_SHORT_KV", c.fa_short_kv, &mut c.problems);
+    c.fa_one_kv = positions(get, "POLYCL_FA_ONE_KV", c.fa_one_kv, &mut c.problems);
+    c.fa_long_kv = positions(get, "POLYCL_FA_LONG_KV", c.fa_long_kv, &mut c.problems);
     if let Some(v) = get("POLYCL_FA_LONG_GROUPS") {
         match v.trim().parse::<u32>() {
             Ok(n) if (1..=65536).contains(&n) => c.fa_long_groups = Some(n),
@@ -716,15 +713,21 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| {
-        let asked = std::cell::RefCell::new(Vec::new());
-        let mut c = parse(&|k| {
-            asked.borrow_mut().push(k.to_string());
-            std::env::var(k).ok()
-        });
+        let (mut c, asked) = parse_asking(&|k| std::env::var(k).ok());
         let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        c.problems.extend(unknown_vars(set, &asked.into_inner()));
+        c.problems.extend(unknown_vars(set, &asked));
         c
     })
+}
+
+/// `parse`, and the names of the variables it read.
+fn parse_asking(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+    let asked = std::cell::RefCell::new(Vec::new());
+    let c = parse(&|k| {
+        asked.borrow_mut().push(k.to_string());
+        get(k)
+    });
+    (c, asked.into_inner())
 }
 
 /// Variables of the project's own scripts and tests, never read by the
@@ -768,12 +771,7 @@ mod tests {
 
     /// The variables `parse` reads.
     fn asked() -> Vec<String> {
-        let asked = std::cell::RefCell::new(Vec::new());
-        parse(&|k| {
-            asked.borrow_mut().push(k.to_string());
-            None
-        });
-        asked.into_inner()
+        parse_asking(&|_| None).1
     }
 
     #[test]

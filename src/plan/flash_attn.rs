@@ -426,14 +426,12 @@ fn one_kernel(
 /// and every key's exponential on every lane (docs/perf.md step 74).
 fn long_kernel(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> Option<&'static str> {
     let min_kv = config::get().fa_long_kv;
-    let aligned =
-        |o: &Operand| o.offset.is_multiple_of(16) && o.nb[1..].iter().all(|s| s.is_multiple_of(16));
     let ok = min_kv > 0
         && tk.ne[1] >= min_kv as i64
         && vec_applies(tk, tv, k, v)
         && k.ne[0] == v.ne[0]
-        && aligned(k)
-        && aligned(v)
+        && rows_aligned(k, 16)
+        && rows_aligned(v, 16)
         && !crate::runtime::step::wanted();
     match (ok, k.ne[0]) {
         (true, 64) => Some("kernel_fa_long_d64"),
@@ -475,12 +473,7 @@ fn split_kernel(
 /// H200, docs/perf.md step 42).
 fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
     let [q, k, v, mask, _] = &fa.ops;
-    let rows_ok = |o: &Operand| {
-        o.nb[0] == 2
-            && o.offset.is_multiple_of(4)
-            && o.nb[1..].iter().all(|s| s.is_multiple_of(4))
-            && o.nb[1] <= u32::MAX as u64
-    };
+    let rows_ok = |o: &Operand| o.nb[0] == 2 && rows_aligned(o, 4) && o.nb[1] <= u32::MAX as u64;
     let ok = super::mul_mv::mma_wanted(&b.device)
         && tq.dtype == GgmlType::F32
         && tk.dtype == GgmlType::F16
@@ -495,6 +488,12 @@ fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Optio
     ok.then(|| gqa_ratio(tq, tk)).flatten()
 }
 
+/// Whether every row of `o` (its offset and each stride past the first)
+/// starts `bytes`-aligned.
+fn rows_aligned(o: &Operand, bytes: u64) -> bool {
+    o.offset.is_multiple_of(bytes) && o.nb[1..].iter().all(|s| s.is_multiple_of(bytes))
+}
+
 /// Whether `kernel_fa_vec` can read K and V: F16 rows whose every 4-element
 /// group starts 8-byte aligned (it loads them as one 8-byte word), a key's
 /// row stride that fits the 32 bits it steps keys by, and head sizes it
@@ -505,8 +504,7 @@ fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bo
             && o.nb[0] == 2
             && o.ne[0] % 4 == 0
             && o.ne[0] <= 256
-            && o.offset.is_multiple_of(8)
-            && o.nb[1..].iter().all(|s| s.is_multiple_of(8))
+            && rows_aligned(o, 8)
             && o.nb[1] <= u32::MAX as u64
     };
     rows_ok(tk, k) && rows_ok(tv, v)
@@ -518,19 +516,16 @@ fn vec_applies(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> bo
 /// halves 4-byte aligned (two a load), an F16 mask or none.
 fn mma_applies(b: &Binder, fa: &FaArgs) -> bool {
     let [q, k, v, mask, _] = &fa.ops;
-    let aligned = |o: &Operand, a: u64| {
-        o.offset.is_multiple_of(a) && o.nb[1..].iter().all(|s| s.is_multiple_of(a))
-    };
     super::mul_mv::mma_wanted(&b.device)
         && matches!(q.ne[0], 64 | 128)
         && k.ne[0] == q.ne[0]
         && v.ne[0] == q.ne[0]
         && q.nb[0] == 4
-        && aligned(q, 8)
+        && rows_aligned(q, 8)
         && k.nb[0] == 2
         && v.nb[0] == 2
-        && aligned(k, 4)
-        && aligned(v, 4)
+        && rows_aligned(k, 4)
+        && rows_aligned(v, 4)
         && (!fa.has_mask || mask.nb[0] == 2)
 }
 
