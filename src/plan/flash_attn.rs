@@ -3,8 +3,9 @@
 //! head; the last group of a query and head merges the chunks, so it is one
 //! launch), so a single token fills the device: `kernel_fa_vec` (warps own
 //! whole K/V rows) for F16 K/V with 8-byte aligned rows, and at long caches
-//! `kernel_fa_long_*` (runs of 8 lanes a key, `long_kernel`) where they are
-//! 16-byte aligned, `kernel_fa_split` otherwise; for more queries (a prompt)
+//! `kernel_fa_long_*` (runs of 8 lanes a key, `long_kernel`; a KV head's
+//! query heads together where they share it) where they are 16-byte
+//! aligned, `kernel_fa_split` otherwise; for more queries (a prompt)
 //! a tiled kernel, whose work-groups share each staged K/V tile among many
 //! query rows: the tensor-core tile of `fa_mma.cl` where the mma kernels are
 //! wanted and the shapes allow (`mma_applies`), else the float tile of
@@ -86,13 +87,13 @@ fn long_groups(device: &Device) -> Result<i64> {
     })
 }
 
-/// The long-cache kernel's chunk: `groups` work-groups over the (query,
-/// head) rows, a multiple of its step (FL_WG keys), and at least the vector
-/// kernels' chunk (`chunk`), so that their partial states (`partial_bytes`)
-/// hold its chunks too. Not a power of two: rounding up to one halved the
-/// 7B's groups at 16384 positions (160 on 132 compute units).
-fn long_chunk(q: &TensorType, k: &TensorType, groups: i64) -> i64 {
-    let rows = (q.ne[1] * q.ne[2] * q.ne[3]).max(1);
+/// The long-cache kernel's chunk: `groups` work-groups over its (query,
+/// `heads` query heads) rows, a multiple of its step (FL_WG keys), and at
+/// least the vector kernels' chunk (`chunk`), so that their partial states
+/// (`partial_bytes`) hold its chunks too. Not a power of two: rounding up to
+/// one halved the 7B's groups at 16384 positions (160 on 132 compute units).
+fn long_chunk(q: &TensorType, k: &TensorType, groups: i64, heads: i64) -> i64 {
+    let rows = (q.ne[1] * q.ne[2] / heads * q.ne[3]).max(1);
     let per_row = (groups / rows).max(1);
     let len = (k.ne[1].max(1) as u64).div_ceil(per_row as u64);
     let len = len.div_ceil(FL_WG as u64) as i64 * FL_WG;
@@ -246,14 +247,14 @@ pub fn lower_split(
         _ => None,
     };
     let long = match (gqa, short, one) {
-        (None, None, None) => long_kernel(tk, tv, &k, &v),
+        (None, None, None) => long_kernel(tq, tk, tv, &k, &v),
         _ => None,
     };
     let chunk_len = match (gqa, short, one, long) {
         (Some(r), _, _, _) => gqa_chunk(tq, tk, r),
         (None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
         (None, None, Some(_), _) => tk.ne[1].max(1),
-        (None, None, None, Some(_)) => long_chunk(tq, tk, long_groups(&b.device)?),
+        (None, None, None, Some((_, heads))) => long_chunk(tq, tk, long_groups(&b.device)?, heads),
         (None, None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
@@ -281,17 +282,20 @@ pub fn lower_split(
         let kv_heads = (k.ne[2] * q.ne[3]) as usize;
         ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
     } else {
-        let (name, wg) = match (short, one, long) {
-            (Some((name, _)), _, _) => (name, FS_WG),
-            (None, Some(name), _) => (name, FO_WG),
-            (None, None, Some(name)) => (name, FL_WG as usize),
-            (None, None, None) => split_kernel(tk, tv, &k, &v),
+        let (name, wg, sets) = match (short, one, long) {
+            (Some((name, _)), _, _) => (name, FS_WG, heads),
+            (None, Some(name), _) => (name, FO_WG, heads),
+            (None, None, Some((name, per))) => (name, FL_WG as usize, heads / per as usize),
+            (None, None, None) => {
+                let (name, wg) = split_kernel(tk, tv, &k, &v);
+                (name, wg, heads)
+            }
         };
         (
             "fa_split",
             name,
             wg,
-            [wg, (q.ne[1] * n_chunks) as usize, heads],
+            [wg, (q.ne[1] * n_chunks) as usize, sets],
         )
     };
     out.push(grid(
@@ -417,14 +421,24 @@ fn one_kernel(
     })
 }
 
-/// The long-cache kernel (`kernel_fa_long_*`, fa_split.cl), where it takes
-/// the node: a cache of at least `POLYCL_FA_LONG_KV` positions, K/V as the
-/// vector kernels read them, DK = DV of 64 or 128, every row 16-byte
-/// aligned (a lane loads 8 halves at once), and no step kernel (whose
-/// program holds only `kernel_fa_vec`). A run of 8 lanes a key and one
-/// exponential a lane a step, where the vector kernels spend a warp a key
-/// and every key's exponential on every lane (docs/perf.md step 74).
-fn long_kernel(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> Option<&'static str> {
+/// The long-cache kernel (`kernel_fa_long_*`, fa_split.cl) and the query
+/// heads a work-group of it takes, where it takes the node: a cache of at
+/// least `POLYCL_FA_LONG_KV` positions, K/V as the vector kernels read them,
+/// DK = DV of 64 or 128, every row 16-byte aligned (a lane loads 8 halves at
+/// once), and no step kernel (whose program holds only `kernel_fa_vec`). A
+/// run of 8 lanes a key and one exponential a lane a step, where the vector
+/// kernels spend a warp a key and every key's exponential on every lane
+/// (docs/perf.md step 74). Where query heads share a KV head (G of them) and
+/// LONG_GQA_HEADS of that head size divide G, the `_gqa` kernel takes that
+/// many heads a group, so each K and V row is read G / heads times rather
+/// than G (step 75).
+fn long_kernel(
+    tq: &TensorType,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> Option<(&'static str, i64)> {
     let min_kv = config::get().fa_long_kv;
     let ok = min_kv > 0
         && tk.ne[1] >= min_kv as i64
@@ -433,12 +447,26 @@ fn long_kernel(tk: &TensorType, tv: &TensorType, k: &Operand, v: &Operand) -> Op
         && rows_aligned(k, 16)
         && rows_aligned(v, 16)
         && !crate::runtime::step::wanted();
+    let ratio = (tk.ne[2] > 0 && tq.ne[2] % tk.ne[2] == 0).then(|| tq.ne[2] / tk.ne[2]);
+    let gqa = |heads: i64| ratio.is_some_and(|g| g > 1 && g % heads == 0);
     match (ok, k.ne[0]) {
-        (true, 64) => Some("kernel_fa_long_d64"),
-        (true, 128) => Some("kernel_fa_long_d128"),
+        (true, 64) if gqa(LONG_GQA_HEADS_D64) => {
+            Some(("kernel_fa_long_gqa_d64", LONG_GQA_HEADS_D64))
+        }
+        (true, 128) if gqa(LONG_GQA_HEADS_D128) => {
+            Some(("kernel_fa_long_gqa_d128", LONG_GQA_HEADS_D128))
+        }
+        (true, 64) => Some(("kernel_fa_long_d64", 1)),
+        (true, 128) => Some(("kernel_fa_long_d128", 1)),
         _ => None,
     }
 }
+
+/// Query heads a group of `kernel_fa_long_gqa_*` takes (fa_split.cl FL_HEADS
+/// over the 64-wide pieces of a row): their q and accumulators hold 64
+/// registers at either head size.
+const LONG_GQA_HEADS_D64: i64 = 4;
+const LONG_GQA_HEADS_D128: i64 = 2;
 
 /// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.
 fn split_kernel(
@@ -634,8 +662,11 @@ mod tests {
             let per_chunk = (n_q * n_head * state_floats(d) * 4) as u64;
             let vec_chunks = chunks(&q, &k) as u64;
             assert!(partial_bytes(&q, &k, &v) >= vec_chunks * per_chunk);
-            for groups in [1, 264, 396, 100_000] {
-                let lc = long_chunk(&q, &k, groups);
+            for (groups, heads) in [1, 264, 396, 100_000]
+                .into_iter()
+                .flat_map(|g| [(g, 1), (g, LONG_GQA_HEADS_D64), (g, LONG_GQA_HEADS_D128)])
+            {
+                let lc = long_chunk(&q, &k, groups, heads);
                 assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
                 assert!(partial_bytes(&q, &k, &v) >= chunk_count(&k, lc) as u64 * per_chunk);
             }

@@ -288,6 +288,29 @@ inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int
 inline void warp_sum8(float *v, __local float *scratch) {
     lanes_sum_n(v, 8, scratch, 32);
 }
+// The sums over each aligned run of `width` lanes of n values (n a constant
+// multiple of `width`), spread over the run: afterwards lane t's v[r], for
+// r < n / width, holds the sum of value t * (n / width) + r. Each level keeps
+// half the values a lane and trades the other half with its partner, so a
+// run of 8 lanes sums 8 values in 7 shuffles where lanes_sum_n takes 24.
+inline void lanes_sum_spread(float *v, const int n, __local float *scratch, const int width) {
+    (void)scratch;
+    const int lane = get_local_id(0) % width;
+    int len = n;
+#pragma unroll
+    for (int m = width / 2; m >= 1; m >>= 1) {
+        const int kept = len / 2, upper = (lane & m) != 0;
+#pragma unroll
+        for (int j = 0; j < kept; ++j) {
+            const float give = upper ? v[j] : v[j + kept];
+            const float keep = upper ? v[j + kept] : v[j];
+            float o;
+            asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(give), "r"(m));
+            v[j] = keep + o;
+        }
+        len = kept;
+    }
+}
 // out[i] = v of lane i of this work-item's aligned run of `width` lanes, for
 // i < n (n a constant at every call, at most `width`).
 inline void lanes_share(float v, float *out, const int n, __local float *scratch,
@@ -335,6 +358,15 @@ inline void lanes_sum_n(float *v, const int n, __local float *scratch, const int
 }
 inline void warp_sum8(float *v, __local float *scratch) {
     lanes_sum_n(v, 8, scratch, 32);
+}
+// Value j = t * (n / width) + r lands in v[r] of lane t at step j >= r, so
+// v[r] is written only once the loop has read it.
+inline void lanes_sum_spread(float *v, const int n, __local float *scratch, const int width) {
+    const int lane = get_local_id(0) % width, per = n / width;
+    for (int j = 0; j < n; ++j) {
+        const float s = lanes_sum(v[j], scratch, width);
+        if (j / per == lane) v[j % per] = s;
+    }
 }
 inline void lanes_share(float v, float *out, const int n, __local float *scratch,
                         const int width) {

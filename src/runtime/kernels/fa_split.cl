@@ -634,34 +634,50 @@ FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 // lane are independent, and loading the next step's into the registers the
 // step frees took the kernel from 168 to 217 registers on the H200 and made
 // it slower (docs/perf.md step 74). DK = DV = 64 * pieces; rows 16-byte
-// aligned. Grid {FL_WG, n_q * n_chunks, n_head * ne3}.
+// aligned.
+//
+// With `heads` > 1 a group takes that many query heads of one KV head (the
+// `_gqa` kernels): each K and V row it loads serves all of them, where one
+// group a head read every row G times (the 1B, G = 8: the tensor-core GQA
+// kernel read its cache at ~0.5 TB/s, docs/perf.md step 75). A key's K and V
+// halves become floats once for every head; heads * pieces <= FL_HEADS keeps
+// the heads' q and accumulators to 64 registers.
+// Grid {FL_WG, n_q * n_chunks, n_head / heads * ne3}.
 #define FL_WG 128
 #define FL_LK 8
 #define FL_RUNS (FL_WG / FL_LK)
 #define FL_PIECES 2
+#define FL_HEADS 4
 
 inline float8 fl_half8(uint4 u) {
     return vload_half8(0, (const __private half *)&u);
 }
 
+// Query heads h .. h + heads - 1 (all of KV head hk), query iq, chunk c.
 inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
                          __global float *part, ulong part_off, __global uint *cnt, ulong cnt_off,
-                         int chunk, int n_chunks, int c, float scale, float softcap, float slope,
-                         long iq, long h, long hk, long z, long DV, long n_kv, long row,
-                         TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
-                         const int pieces, __local float *red, __local float *wstate,
-                         __local float *accs, __local int *last) {
+                         int chunk, int n_chunks, int c, float scale, float softcap,
+                         float max_bias, float m0, float m1, uint n_head_log2, long iq, long h,
+                         long hk, long z, TENSOR(dst), int has_q8, __global char *q8,
+                         ulong q8_off, const int pieces, const int heads, __local float *red,
+                         __local float *wstate, __local float *accs, __local int *last) {
     const int l = get_local_id(0), warp = l / 32, run = l / FL_LK, t = l % FL_LK;
+    const long DV = v_ne.s0, n_kv = k_ne.s1, n_head = q_ne.s2, n_q = q_ne.s1;
     __local float *rred = red + run * FL_LK;
     __local float *wred = red + warp * 32;
-    float8 qv[FL_PIECES];
+    float8 qv[FL_HEADS][FL_PIECES];
+    float slope[FL_HEADS];
 #pragma unroll
-    for (int p = 0; p < pieces; ++p) {
-        const __global char *qp = AT(q, 8 * t + 64 * p, iq, h, z);
-        float r[8];
+    for (int g = 0; g < heads; ++g) {
+        slope[g] = alibi_slope((uint)(h + g), max_bias, m0, m1, n_head_log2);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) r[e] = load_f32(qp + e * q_nb.s0);
-        qv[p] = (float8)(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+        for (int p = 0; p < pieces; ++p) {
+            const __global char *qp = AT(q, 8 * t + 64 * p, iq, h + g, z);
+            float r[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) r[e] = load_f32(qp + e * q_nb.s0);
+            qv[g][p] = (float8)(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+        }
     }
     const long kv0 = (long)c * chunk;
     const int nk = (int)min((long)chunk, n_kv - kv0);
@@ -669,11 +685,21 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
     const __global char *vr0 = AT(v, 0, kv0, hk, z);
     const __global char *mr0 = has_mask ? AT(mask, kv0, iq, h % mask_ne.s2, z % mask_ne.s3) : kr0;
     const uint ks = (uint)k_nb.s1, vs = (uint)v_nb.s1, ms = (uint)mask_nb.s0;
-
-    float Mw = -INFINITY, Sl = 0.0f;
-    float8 acc[FL_PIECES];
+    // Head h + g's mask row from head h's (a mask may differ by head).
+    long mho[FL_HEADS];
 #pragma unroll
-    for (int p = 0; p < pieces; ++p) acc[p] = (float8)(0.0f);
+    for (int g = 0; g < heads; ++g)
+        mho[g] = g == 0 ? 0 : ((h + g) % mask_ne.s2 - h % mask_ne.s2) * (long)mask_nb.s2;
+
+    float Mw[FL_HEADS], Sl[FL_HEADS];
+    float8 acc[FL_HEADS][FL_PIECES];
+#pragma unroll
+    for (int g = 0; g < heads; ++g) {
+        Mw[g] = -INFINITY;
+        Sl[g] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < pieces; ++p) acc[g][p] = (float8)(0.0f);
+    }
     // Every work-item runs the same steps (the helpers hold group barriers
     // off NVIDIA).
     for (int t0 = 0; t0 < nk; t0 += FL_WG) {
@@ -691,83 +717,136 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
             }
         }
         const int jm = t0 + l;
-        const float mv = has_mask ? load_f16(mr0 + (ulong)min(jm, nk - 1) * ms) : 0.0f;
-        float dots[FL_LK];
+        float mv[FL_HEADS];
 #pragma unroll
-        for (int i = 0; i < FL_LK; ++i) {
-            float a = 0.0f;
-#pragma unroll
-            for (int p = 0; p < pieces; ++p) {
-                const float8 kk = fl_half8(kraw[i][p]);
-                a += dot(qv[p].lo, kk.lo) + dot(qv[p].hi, kk.hi);
-            }
-            dots[i] = a;
+        for (int g = 0; g < heads; ++g) {
+            mv[g] = has_mask ? load_f16(mr0 + mho[g] + (ulong)min(jm, nk - 1) * ms) : 0.0f;
         }
-        lanes_sum_n(dots, FL_LK, rred, FL_LK);
-        float s = dots[0];
-#pragma unroll
-        for (int i = 1; i < FL_LK; ++i) s = t == i ? dots[i] : s;
-        s *= scale;
-        if (softcap != 0.0f) s = softcap * tanh(s);
-        s += slope * mv;
-        s = (jm < nk && mv != -INFINITY) ? s : -INFINITY;
-        const float Mn = fmax(Mw, warp_max(s, wred));
-        // A warp with every score so far masked keeps M = -inf and adds nothing.
-        const float f = Mn == -INFINITY ? 1.0f : exp(Mw - Mn);
-        const float pr = s == -INFINITY ? 0.0f : exp(s - Mn);
-        Sl = Sl * f + pr;
-#pragma unroll
-        for (int p = 0; p < pieces; ++p) acc[p] *= f;
-        Mw = Mn;
-        float pk[FL_LK];
-        lanes_share(pr, pk, FL_LK, rred, FL_LK);
+        // dots[i * heads + g]: key i of this run, head g; spread so that lane
+        // t holds its key's (key t0 + l's) score of every head in dots[g].
+        float dots[FL_LK * FL_HEADS];
 #pragma unroll
         for (int i = 0; i < FL_LK; ++i) {
-            // A masked row may hold anything (the CPU backend never reads
-            // it): p == 0 must not turn a NaN or inf into the sum.
-            if (pk[i] != 0.0f) {
+            float8 kk[FL_PIECES];
 #pragma unroll
-                for (int p = 0; p < pieces; ++p) acc[p] += pk[i] * fl_half8(vraw[i][p]);
+            for (int p = 0; p < pieces; ++p) kk[p] = fl_half8(kraw[i][p]);
+#pragma unroll
+            for (int g = 0; g < heads; ++g) {
+                float a = 0.0f;
+#pragma unroll
+                for (int p = 0; p < pieces; ++p)
+                    a += dot(qv[g][p].lo, kk[p].lo) + dot(qv[g][p].hi, kk[p].hi);
+                dots[i * heads + g] = a;
+            }
+        }
+        lanes_sum_spread(dots, FL_LK * heads, rred, FL_LK);
+        float pk[FL_HEADS][FL_LK];
+#pragma unroll
+        for (int g = 0; g < heads; ++g) {
+            float s = dots[g] * scale;
+            if (softcap != 0.0f) s = softcap * tanh(s);
+            s += slope[g] * mv[g];
+            s = (jm < nk && mv[g] != -INFINITY) ? s : -INFINITY;
+            const float Mn = fmax(Mw[g], warp_max(s, wred));
+            // A warp with every score so far masked keeps M = -inf and adds nothing.
+            const float f = Mn == -INFINITY ? 1.0f : exp(Mw[g] - Mn);
+            const float pr = s == -INFINITY ? 0.0f : exp(s - Mn);
+            Sl[g] = Sl[g] * f + pr;
+#pragma unroll
+            for (int p = 0; p < pieces; ++p) acc[g][p] *= f;
+            Mw[g] = Mn;
+            lanes_share(pr, pk[g], FL_LK, rred, FL_LK);
+        }
+#pragma unroll
+        for (int i = 0; i < FL_LK; ++i) {
+#pragma unroll
+            for (int g = 0; g < heads; ++g) {
+                // A masked row may hold anything (the CPU backend never
+                // reads it): p == 0 must not turn a NaN or inf into the sum.
+                if (pk[g][i] != 0.0f) {
+#pragma unroll
+                    for (int p = 0; p < pieces; ++p) acc[g][p] += pk[g][i] * fl_half8(vraw[i][p]);
+                }
             }
         }
     }
-    // A run's state: its lanes' keys' S, its accumulator over its keys, both
-    // scaled to the group's largest M (fv_chunk_end sums the runs).
-    float Sr[1] = {Sl};
-    lanes_sum_n(Sr, 1, rred, FL_LK);
-    if (t == 0) wstate[2 * run] = Mw;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float M = -INFINITY;
-    for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * r]);
-    const float f = Mw == -INFINITY ? 0.0f : exp(Mw - M);
-    if (t == 0) wstate[2 * run + 1] = Sr[0] * f;
+    // A run's state of each head: its lanes' keys' S, its accumulator over its
+    // keys, both scaled to the group's largest M of that head.
+    lanes_sum_n(Sl, heads, rred, FL_LK);
+    if (t == 0) {
 #pragma unroll
-    for (int p = 0; p < pieces; ++p) vstore8(acc[p] * f, 0, accs + run * DV + 8 * t + 64 * p);
+        for (int g = 0; g < heads; ++g) wstate[2 * (g * FL_RUNS + run)] = Mw[g];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV, row, q_ne.s2, q_ne.s1,
-                 dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, FL_WG, FL_RUNS, (int)DV, red,
-                 wstate, accs, last);
+#pragma unroll
+    for (int g = 0; g < heads; ++g) {
+        float M = -INFINITY;
+        for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * (g * FL_RUNS + r)]);
+        const float f = Mw[g] == -INFINITY ? 0.0f : exp(Mw[g] - M);
+        if (t == 0) wstate[2 * (g * FL_RUNS + run) + 1] = Sl[g] * f;
+#pragma unroll
+        for (int p = 0; p < pieces; ++p)
+            vstore8(acc[g][p] * f, 0, accs + (g * FL_RUNS + run) * DV + 8 * t + 64 * p);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (heads == 1) {
+        float M = -INFINITY;
+        for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * r]);
+        fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV,
+                     (h + n_head * z) * n_q + iq, n_head, n_q, dst, dst_off, dst_ne, dst_nb,
+                     has_q8, q8, q8_off, FL_WG, FL_RUNS, (int)DV, red, wstate, accs, last);
+    } else {
+        // Each head's chunk state, the runs summed, then published and merged
+        // for every head at once.
+        for (int e = l; e < heads * DV; e += FL_WG) {
+            const int g = e / DV, d = e - g * DV;
+            float M = -INFINITY, S = 0.0f, a = 0.0f;
+            for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * (g * FL_RUNS + r)]);
+            for (int r = 0; r < FL_RUNS; ++r) {
+                S += wstate[2 * (g * FL_RUNS + r) + 1];
+                a += accs[(g * FL_RUNS + r) * DV + d];
+            }
+            __global float *st = part + part_off / 4 +
+                                 (((h + g + n_head * z) * n_q + iq) * n_chunks + c) *
+                                     fa_state_floats(DV);
+            if (d == 0) {
+                st[0] = M;
+                st[1] = S;
+            }
+            st[FA_ACC + d] = a;
+        }
+        // accs is read above by other work-items: the barrier inside the
+        // helper comes before it writes `outs`.
+        fa_publish_merge_rows(part, part_off, cnt, cnt_off, (h + n_head * z) * n_q + iq, n_chunks,
+                              (int)DV, h, heads, heads, iq, n_head, n_q, z, dst, dst_off, dst_ne,
+                              dst_nb, has_q8, q8, q8_off, accs, red, last, FL_WG, 1);
+    }
 }
 
 #if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
-#define FL_KERNEL(NAME, PIECES)                                                             \
+#define FL_KERNEL(NAME, PIECES, HEADS)                                                      \
 kernel void NAME(FA_SPLIT_ARGS) {                                                           \
-    FA_SPLIT_PARAMS                                                                         \
+    FA_SPLIT_UNPACK                                                                         \
     LOCAL_ARRAY(float, red, FL_WG);                                                         \
-    LOCAL_ARRAY(float, wstate, 2 * FL_RUNS);                                                \
-    LOCAL_ARRAY(float, accs, FL_RUNS * 64 * (PIECES));                                      \
+    LOCAL_ARRAY(float, wstate, 2 * FL_RUNS * (HEADS));                                      \
+    LOCAL_ARRAY(float, accs, FL_RUNS * 64 * (PIECES) * (HEADS));                            \
     LOCAL_ARRAY(int, last, 1);                                                              \
-    (void)l;                                                                                \
-    (void)DK;                                                                               \
+    const long iq = get_group_id(1) / n_chunks;                                             \
+    const int c = get_group_id(1) % n_chunks;                                               \
+    const long sets = q_ne.s2 / (HEADS), hz = get_group_id(2);                              \
+    const long h = (hz % sets) * (HEADS), z = hz / sets;                                    \
     fa_long_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,    \
                  mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk, \
-                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DV, n_kv, row, dst,      \
-                 dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, PIECES, red, wstate, accs,    \
-                 last);                                                                     \
+                 n_chunks, c, scale, softcap, max_bias, m0, m1, n_head_log2, iq, h,         \
+                 h / (q_ne.s2 / k_ne.s2), z, dst, dst_off, dst_ne, dst_nb, has_q8, q8,      \
+                 q8_off, PIECES, HEADS, red, wstate, accs, last);                           \
     PK_END                                                                                  \
 }
-FL_KERNEL(kernel_fa_long_d128, 2)
-FL_KERNEL(kernel_fa_long_d64, 1)
+FL_KERNEL(kernel_fa_long_d128, 2, 1)
+FL_KERNEL(kernel_fa_long_d64, 1, 1)
+// One KV head's query heads, FL_HEADS / pieces of them a group.
+FL_KERNEL(kernel_fa_long_gqa_d128, 2, 2)
+FL_KERNEL(kernel_fa_long_gqa_d64, 1, 4)
 #endif
 
 // Short caches (plan/flash_attn.rs `short_applies`): the same body 512 wide
