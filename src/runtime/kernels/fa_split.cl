@@ -739,7 +739,16 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
                 dots[i * heads + g] = a;
             }
         }
-        lanes_sum_spread(dots, FL_LK * heads, rred, FL_LK);
+        if (heads == 1) {
+            // The sums every lane gets, then its own key's: the form
+            // measured on the H200 (step 74); lanes_sum_spread, 17 shuffles
+            // fewer, has not run on a GPU yet (docs/perf.md step 75).
+            lanes_sum_n(dots, FL_LK, rred, FL_LK);
+#pragma unroll
+            for (int i = 1; i < FL_LK; ++i) dots[0] = t == i ? dots[i] : dots[0];
+        } else {
+            lanes_sum_spread(dots, FL_LK * heads, rred, FL_LK);
+        }
         float pk[FL_HEADS][FL_LK];
 #pragma unroll
         for (int g = 0; g < heads; ++g) {
