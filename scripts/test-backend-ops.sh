@@ -51,12 +51,13 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # the long-cache kernel (POLYCL_FA_LONG_KV=512 below; POLYCL_FA_LONG_GROUPS=64 splits
       # even a 2-core PoCL's caches into chunks and merges them), its _gqa kernels where 4 or
       # 12 query heads share a KV head; other head sizes the vector kernels.
-      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa_d64 kernel_fa_long_gqa_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 buffers.by.address" ;;
+      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa4_d64 kernel_fa_long_gqa2_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 buffers.by.address" ;;
       # One chunk a head: up to 256 positions (POLYCL_FA_ONE_KV) one group a head takes the
       # whole cache, longer ones the vector kernels' 256-position chunks where the long-cache
       # kernel does not take them (from 512 positions below, at head sizes 64 and 128, its
-      # whole cache in one chunk: POLYCL_FA_LONG_GROUPS=1).
-      FLASH_ATTN_EXT:onechunk) want="kernel_fa_one_d64 kernel_fa_one_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa_d64 kernel_fa_long_gqa_d128" ;;
+      # whole cache in one chunk: POLYCL_FA_LONG_GROUPS=1; 2 query heads a group at most,
+      # POLYCL_FA_LONG_HEADS=2, so its two-head kernels run at both head sizes).
+      FLASH_ATTN_EXT:onechunk) want="kernel_fa_one_d64 kernel_fa_one_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa2_d64 kernel_fa_long_gqa2_d128" ;;
       # The decode matvecs with their buffers by address (runtime/addresses.rs, the default;
       # the onechunk run takes them as arguments).
       MUL_MAT:fast) want="kernel_mul_mv_q4_0 kernel_mul_mv_q8_0 kernel_mul_mv_q4_k kernel_mul_mv_q6_k buffers.by.address" ;;
@@ -72,6 +73,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       POLYCL_ATTN_O=$([[ $run == FLASH_ATTN_EXT:fast ]] && echo 1 || echo 0) \
       POLYCL_FA_LONG_KV=$([[ $run == FLASH_ATTN_EXT:fast || $kind == onechunk ]] && echo 512 || echo 1024) \
       POLYCL_FA_LONG_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 64) \
+      POLYCL_FA_LONG_HEADS=$([[ $kind == onechunk ]] && echo 2 || echo 4) \
       POLYCL_BUFFER_ADDRESSES=$([[ $kind == onechunk ]] && echo 0 || echo 1) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
     line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')

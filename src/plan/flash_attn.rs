@@ -428,10 +428,9 @@ fn one_kernel(
 /// once), and no step kernel (whose program holds only `kernel_fa_vec`). A
 /// run of 8 lanes a key and one exponential a lane a step, where the vector
 /// kernels spend a warp a key and every key's exponential on every lane
-/// (docs/perf.md step 74). Where query heads share a KV head (G of them) and
-/// LONG_GQA_HEADS of that head size divide G, the `_gqa` kernel takes that
-/// many heads a group, so each K and V row is read G / heads times rather
-/// than G (step 75).
+/// (docs/perf.md step 74). Where query heads share a KV head, a `_gqa`
+/// kernel takes `long_heads` of them a group, so each K and V row is read
+/// once for them all (step 75).
 fn long_kernel(
     tq: &TensorType,
     tk: &TensorType,
@@ -447,26 +446,32 @@ fn long_kernel(
         && rows_aligned(k, 16)
         && rows_aligned(v, 16)
         && !crate::runtime::step::wanted();
-    let ratio = (tk.ne[2] > 0 && tq.ne[2] % tk.ne[2] == 0).then(|| tq.ne[2] / tk.ne[2]);
-    let gqa = |heads: i64| ratio.is_some_and(|g| g > 1 && g % heads == 0);
-    match (ok, k.ne[0]) {
-        (true, 64) if gqa(LONG_GQA_HEADS_D64) => {
-            Some(("kernel_fa_long_gqa_d64", LONG_GQA_HEADS_D64))
-        }
-        (true, 128) if gqa(LONG_GQA_HEADS_D128) => {
-            Some(("kernel_fa_long_gqa_d128", LONG_GQA_HEADS_D128))
-        }
-        (true, 64) => Some(("kernel_fa_long_d64", 1)),
-        (true, 128) => Some(("kernel_fa_long_d128", 1)),
-        _ => None,
+    if !ok {
+        return None;
     }
+    let heads = long_heads(tq, tk, k.ne[0]);
+    Some(match (k.ne[0], heads) {
+        (64, 4) => ("kernel_fa_long_gqa4_d64", 4),
+        (64, 2) => ("kernel_fa_long_gqa2_d64", 2),
+        (64, _) => ("kernel_fa_long_d64", 1),
+        (128, 2) => ("kernel_fa_long_gqa2_d128", 2),
+        (128, _) => ("kernel_fa_long_d128", 1),
+        _ => return None,
+    })
 }
 
-/// Query heads a group of `kernel_fa_long_gqa_*` takes (fa_split.cl FL_HEADS
-/// over the 64-wide pieces of a row): their q and accumulators hold 64
-/// registers at either head size.
-const LONG_GQA_HEADS_D64: i64 = 4;
-const LONG_GQA_HEADS_D128: i64 = 2;
+/// Query heads a group of the long-cache kernel takes at head size `d`: the
+/// most of 4 and 2 that divides the G query heads of a KV head, at most
+/// `POLYCL_FA_LONG_HEADS` and 4 a 64-wide piece of the row (a group holds q
+/// and an accumulator a head: 64 registers at most); else 1.
+fn long_heads(q: &TensorType, k: &TensorType, d: i64) -> i64 {
+    let ratio = (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2]);
+    let most = (config::get().fa_long_heads as i64).min(4 / (d / 64).max(1));
+    [4, 2]
+        .into_iter()
+        .find(|&h| h <= most && ratio.is_some_and(|g| g % h == 0))
+        .unwrap_or(1)
+}
 
 /// The split-KV kernel of `fa_split.cl` for these K/V and its work-group size.
 fn split_kernel(
@@ -664,7 +669,7 @@ mod tests {
             assert!(partial_bytes(&q, &k, &v) >= vec_chunks * per_chunk);
             for (groups, heads) in [1, 264, 396, 100_000]
                 .into_iter()
-                .flat_map(|g| [(g, 1), (g, LONG_GQA_HEADS_D64), (g, LONG_GQA_HEADS_D128)])
+                .flat_map(|g| [(g, 1), (g, 2), (g, 4)])
             {
                 let lc = long_chunk(&q, &k, groups, heads);
                 assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
@@ -678,6 +683,29 @@ mod tests {
             } else {
                 assert!(n_head == n_head_kv || n_head / n_head_kv > GQA_ROWS);
             }
+        }
+    }
+
+    /// The long kernel's heads a group divide G, and head size 128 takes at
+    /// most 2 (POLYCL_FA_LONG_HEADS at its default, 4).
+    #[test]
+    fn long_heads_divide_the_query_heads_of_a_kv_head() {
+        for (n_head, n_head_kv, d, want) in [
+            (32, 4, 64, 4),
+            (32, 4, 128, 2),
+            (32, 8, 64, 4),
+            (16, 8, 64, 2),
+            (12, 4, 64, 1),
+            (24, 4, 64, 2),
+            (32, 32, 64, 1),
+            (32, 32, 128, 1),
+            (8, 1, 128, 2),
+        ] {
+            let q = ty(GgmlType::F32, [d, 1, n_head, 1]);
+            let k = ty(GgmlType::F16, [d, 2048, n_head_kv, 1]);
+            let heads = long_heads(&q, &k, d);
+            assert_eq!(heads, want, "{n_head} heads on {n_head_kv}, head size {d}");
+            assert_eq!((n_head / n_head_kv) % heads, 0);
         }
     }
 

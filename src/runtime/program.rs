@@ -183,8 +183,9 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_one_d64",
     "kernel_fa_long_d128",
     "kernel_fa_long_d64",
-    "kernel_fa_long_gqa_d128",
-    "kernel_fa_long_gqa_d64",
+    "kernel_fa_long_gqa2_d128",
+    "kernel_fa_long_gqa4_d64",
+    "kernel_fa_long_gqa2_d64",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
 ];

@@ -224,7 +224,8 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
     // comes before it writes `outs`.
     fa_publish_merge_rows(part, part_off, cnt, cnt_off, (h0 + n_head * z) * n_q + iq0, n_chunks,
                           D, h0, G, nrows, iq0, n_head, n_q, z, dst, dst_off, dst_ne, dst_nb,
-                          has_q8, q8, q8_off, accs, red, last, FG_WG, 1);
+                          has_q8, q8, q8_off, accs, red, last, FG_WG, 4,
+                          FA_MERGE_BATCH_WIDE);
 }
 
 #define FG_KERNEL(NAME, D, PREFETCH)                                                        \

@@ -162,15 +162,15 @@ inline void fa_store_q8_rows(__local const float *outs, __local float *red, int 
 // whose state sits at part row (h + n_head * z) * n_q + iq, and `row0` (row
 // 0's) is the counter. Called by every work-item of the group; `outs` is
 // local memory of at least nrows * DV floats that is no longer read, `red`
-// of wg floats. `wide` (a constant): four accumulator elements a work-item
-// and FA_MERGE_BATCH_WIDE chunks a batch (DV % 4 == 0), else one and
-// FA_MERGE_BATCH.
+// of wg floats. `W` and `B` (constants): accumulator elements a work-item,
+// 1 or 4 (DV % 4 == 0), and chunks a batch of the merge's loads, at most
+// FA_MERGE_BATCH_WIDE.
 inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global uint *cnt,
                                   ulong cnt_off, long row0, int n_chunks, int DV, long h0,
                                   int G, int nrows, long iq0, long n_head, long n_q, long z,
                                   TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
                                   __local float *outs, __local float *red, __local int *last,
-                                  int wg, const int wide) {
+                                  int wg, const int W, const int B) {
     const int l = get_local_id(0);
     // Publish, count, and let the last group of these rows merge. No
     // return before the barriers (PoCL 3.1 miscompiles that); `last` is
@@ -188,15 +188,14 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
         // Every row's elements at once, W a work-item (fa_merge_elems), so
         // rows add no round trips; a merging group of the GQA kernel holds
         // up to 16 rows.
-        const int W = wide ? 4 : 1, per_row = DV / W;
+        const int per_row = DV / W;
         const long st = fa_state_floats(DV);
         for (int e = l; e < nrows * per_row; e += wg) {
             const int r = e / per_row, d = W * (e - r * per_row);
             const long h = h0 + r % G, iq = iq0 + r / G;
             const volatile __global float *p =
                 part + part_off / 4 + ((h + n_head * z) * n_q + iq) * n_chunks * st;
-            const float4 res = wide ? fa_merge_elems(p, n_chunks, st, d, 4, FA_MERGE_BATCH_WIDE)
-                                    : fa_merge_elems(p, n_chunks, st, d, 1, FA_MERGE_BATCH);
+            const float4 res = fa_merge_elems(p, n_chunks, st, d, W, B);
             const float rv[4] = {res.x, res.y, res.z, res.w};
             for (int i = 0; i < W; ++i) {
                 store_f32(AT(dst, d + i, h, iq, z), rv[i]);
@@ -220,7 +219,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
                              __local float *red, __local int *last, int wg) {
     fa_publish_merge_rows(part, part_off, cnt, cnt_off, row, n_chunks, (int)DV, h, 1, 1, iq,
                           n_head, n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, outs,
-                          red, last, wg, 0);
+                          red, last, wg, 1, FA_MERGE_BATCH);
 }
 
 // The split kernels' signature, and their scalars and frame (which query
@@ -637,11 +636,12 @@ FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 // aligned.
 //
 // With `heads` > 1 a group takes that many query heads of one KV head (the
-// `_gqa` kernels): each K and V row it loads serves all of them, where one
+// `_gqa<heads>` kernels): each K and V row it loads serves all of them, where one
 // group a head read every row G times (the 1B, G = 8: the tensor-core GQA
 // kernel read its cache at ~0.5 TB/s, docs/perf.md step 75). A key's K and V
 // halves become floats once for every head; heads * pieces <= FL_HEADS keeps
-// the heads' q and accumulators to 64 registers.
+// the heads' q and accumulators to 64 registers. Their merge takes 8 chunks
+// a batch: the GQA kernel's 16 took them from ~110 registers to ~200 (clang).
 // Grid {FL_WG, n_q * n_chunks, n_head / heads * ne3}.
 #define FL_WG 128
 #define FL_LK 8
@@ -828,7 +828,8 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
         // helper comes before it writes `outs`.
         fa_publish_merge_rows(part, part_off, cnt, cnt_off, (h + n_head * z) * n_q + iq, n_chunks,
                               (int)DV, h, heads, heads, iq, n_head, n_q, z, dst, dst_off, dst_ne,
-                              dst_nb, has_q8, q8, q8_off, accs, red, last, FL_WG, 1);
+                              dst_nb, has_q8, q8, q8_off, accs, red, last, FL_WG, 4,
+                              FA_MERGE_BATCH);
     }
 }
 
@@ -853,9 +854,10 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
 }
 FL_KERNEL(kernel_fa_long_d128, 2, 1)
 FL_KERNEL(kernel_fa_long_d64, 1, 1)
-// One KV head's query heads, FL_HEADS / pieces of them a group.
-FL_KERNEL(kernel_fa_long_gqa_d128, 2, 2)
-FL_KERNEL(kernel_fa_long_gqa_d64, 1, 4)
+// A KV head's query heads, 4 or 2 a group (POLYCL_FA_LONG_HEADS).
+FL_KERNEL(kernel_fa_long_gqa2_d128, 2, 2)
+FL_KERNEL(kernel_fa_long_gqa4_d64, 1, 4)
+FL_KERNEL(kernel_fa_long_gqa2_d64, 1, 2)
 #endif
 
 // Short caches (plan/flash_attn.rs `short_applies`): the same body 512 wide
