@@ -462,8 +462,9 @@ fn long_kernel(
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the
 /// most of 4 and 2 that divides the G query heads of a KV head, at most
-/// `POLYCL_FA_LONG_HEADS` and 4 a 64-wide piece of the row (a group holds q
-/// and an accumulator a head: 64 registers at most); else 1.
+/// `POLYCL_FA_LONG_HEADS` and 4 / (64-wide pieces of a row), so that a
+/// group's q and accumulators, one of each a head, stay within 64 registers;
+/// else 1.
 fn long_heads(q: &TensorType, k: &TensorType, d: i64) -> i64 {
     let ratio = (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2]);
     let most = (config::get().fa_long_heads as i64).min(4 / (d / 64).max(1));

@@ -636,12 +636,13 @@ FV_KERNEL(kernel_fa_vec_d64, 1, 1, 16)
 // aligned.
 //
 // With `heads` > 1 a group takes that many query heads of one KV head (the
-// `_gqa<heads>` kernels): each K and V row it loads serves all of them, where one
-// group a head read every row G times (the 1B, G = 8: the tensor-core GQA
-// kernel read its cache at ~0.5 TB/s, docs/perf.md step 75). A key's K and V
-// halves become floats once for every head; heads * pieces <= FL_HEADS keeps
-// the heads' q and accumulators to 64 registers. Their merge takes 8 chunks
-// a batch: the GQA kernel's 16 took them from ~110 registers to ~200 (clang).
+// `_gqa<heads>` kernels): each K and V row it loads serves all of them,
+// where a group a head would read every row G times. (The tensor-core GQA
+// kernel reads a row once, but read the 1B's cache, G = 8, at ~0.5 TB/s:
+// docs/perf.md step 75.) A key's K and V halves become floats once for
+// every head; heads * pieces <= FL_HEADS keeps the heads' q and
+// accumulators to 64 registers. Their merge takes 8 chunks a batch: the GQA
+// kernel's 16 took them from ~110 registers to ~200 (clang's build).
 // Grid {FL_WG, n_q * n_chunks, n_head / heads * ne3}.
 #define FL_WG 128
 #define FL_LK 8
