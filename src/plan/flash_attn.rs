@@ -105,10 +105,15 @@ const GQA_ROWS: i64 = 16;
 /// At least a 16-key tile for each of the GQA kernel's four warps.
 const GQA_MIN_CHUNK: i64 = 64;
 
+/// Query heads a KV head (G), where `k`'s heads divide `q`'s.
+fn heads_per_kv(q: &TensorType, k: &TensorType) -> Option<i64> {
+    (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2])
+}
+
 /// Query heads a KV head, where the GQA kernel could take these shapes
 /// (2 to 16 of them); the operands' own checks are `gqa_applies`.
 fn gqa_ratio(q: &TensorType, k: &TensorType) -> Option<i64> {
-    let ratio = (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2])?;
+    let ratio = heads_per_kv(q, k)?;
     (2..=GQA_ROWS).contains(&ratio).then_some(ratio)
 }
 
@@ -466,7 +471,7 @@ fn long_kernel(
 /// group's q and accumulators, one of each a head, stay within 64 registers;
 /// else 1.
 fn long_heads(q: &TensorType, k: &TensorType, d: i64) -> i64 {
-    let ratio = (k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0).then(|| q.ne[2] / k.ne[2]);
+    let ratio = heads_per_kv(q, k);
     let most = (config::get().fa_long_heads as i64).min(4 / (d / 64).max(1));
     [4, 2]
         .into_iter()

@@ -212,13 +212,8 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
             a += accs[(w * FG_ROWS + r) * D + d] * f;
         }
         const long h = h0 + r % G, iq = iq0 + r / G;
-        __global float *st =
-            part + part_off / 4 + (((h + n_head * z) * n_q + iq) * n_chunks + c) * fa_state_floats(D);
-        if (d == 0) {
-            st[0] = Mr;
-            st[1] = S;
-        }
-        st[FA_ACC + d] = a;
+        fa_state_store(fa_state_at(part, part_off, (h + n_head * z) * n_q + iq, n_chunks, c, D), d,
+                       Mr, S, a);
     }
     // accs is read above by other work-items: the barrier inside the helper
     // comes before it writes `outs`.

@@ -43,6 +43,22 @@
 #define FA_ACC 4
 inline long fa_state_floats(long DV) { return FA_ACC + ((DV + 3) & ~3L); }
 
+// Chunk c's partial state of row `row` ((head + n_head * z) * n_q + query).
+inline __global float *fa_state_at(__global float *part, ulong part_off, long row, int n_chunks,
+                                   int c, long DV) {
+    return part + part_off / 4 + (row * n_chunks + c) * fa_state_floats(DV);
+}
+
+// Accumulator element d of the state at `st`, and its M and S with element 0
+// (the kernels whose groups hold several rows write a row's state so).
+inline void fa_state_store(__global float *st, int d, float M, float S, float a) {
+    if (d == 0) {
+        st[0] = M;
+        st[1] = S;
+    }
+    st[FA_ACC + d] = a;
+}
+
 inline float fa_group_max(float v, __local float *red) {
     const int l = get_local_id(0);
     red[l] = v;
@@ -194,7 +210,7 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
             const int r = e / per_row, d = W * (e - r * per_row);
             const long h = h0 + r % G, iq = iq0 + r / G;
             const volatile __global float *p =
-                part + part_off / 4 + ((h + n_head * z) * n_q + iq) * n_chunks * st;
+                fa_state_at(part, part_off, (h + n_head * z) * n_q + iq, n_chunks, 0, DV);
             const float4 res = fa_merge_elems(p, n_chunks, st, d, W, B);
             const float rv[4] = {res.x, res.y, res.z, res.w};
             for (int i = 0; i < W; ++i) {
@@ -251,7 +267,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
 // returned DV floats of the accumulator for the caller to fill.
 inline __global float *fa_chunk_state(__global float *part, ulong part_off, long row,
                                       int n_chunks, int c, long DV, float M, float S) {
-    __global float *o = part + part_off / 4 + (row * n_chunks + c) * fa_state_floats(DV);
+    __global float *o = fa_state_at(part, part_off, row, n_chunks, c, DV);
     if (get_local_id(0) == 0) {
         o[0] = M;
         o[1] = S;
@@ -788,10 +804,12 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
         for (int g = 0; g < heads; ++g) wstate[2 * (g * FL_RUNS + run)] = Mw[g];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    float Mg[FL_HEADS];
 #pragma unroll
     for (int g = 0; g < heads; ++g) {
         float M = -INFINITY;
         for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * (g * FL_RUNS + r)]);
+        Mg[g] = M;
         const float f = Mw[g] == -INFINITY ? 0.0f : exp(Mw[g] - M);
         if (t == 0) wstate[2 * (g * FL_RUNS + run) + 1] = Sl[g] * f;
 #pragma unroll
@@ -800,9 +818,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (heads == 1) {
-        float M = -INFINITY;
-        for (int r = 0; r < FL_RUNS; ++r) M = fmax(M, wstate[2 * r]);
-        fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV,
+        fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, Mg[0], iq, h, z, DV,
                      (h + n_head * z) * n_q + iq, n_head, n_q, dst, dst_off, dst_ne, dst_nb,
                      has_q8, q8, q8_off, FL_WG, FL_RUNS, (int)DV, red, wstate, accs, last);
     } else {
@@ -816,14 +832,9 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
                 S += wstate[2 * (g * FL_RUNS + r) + 1];
                 a += accs[(g * FL_RUNS + r) * DV + d];
             }
-            __global float *st = part + part_off / 4 +
-                                 (((h + g + n_head * z) * n_q + iq) * n_chunks + c) *
-                                     fa_state_floats(DV);
-            if (d == 0) {
-                st[0] = M;
-                st[1] = S;
-            }
-            st[FA_ACC + d] = a;
+            fa_state_store(fa_state_at(part, part_off, (h + g + n_head * z) * n_q + iq, n_chunks,
+                                       c, DV),
+                           d, M, S, a);
         }
         // accs is read above by other work-items: the barrier inside the
         // helper comes before it writes `outs`.
