@@ -58,32 +58,21 @@ if want asan; then
   ctest_build "$ASAN_DIR" "-fsanitize=address -fno-omit-frame-pointer"
   # The plugin is dlopen'ed by uninstrumented ggml code: ASan must not insist
   # on being first in the library list, and it must report leaks at exit.
-  asan_ctest() {
-    ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0:detect_odr_violation=0" \
-      LSAN_OPTIONS="suppressions=$POLYCL_ROOT/ctest/sanitize/lsan.supp:print_suppressions=0" \
-      ctest --test-dir "$ASAN_DIR" --output-on-failure "$@"
-  }
+  # intercept_tls_get_addr=0: GCC 12's runtime guesses a dynamic TLS block's
+  # bounds from the 16 bytes before it when the block starts 16 bytes into a
+  # page; for a block from ASan's malloc those are ASan's chunk header, and
+  # LeakSanitizer's tracer then scans from address ~0x150 and segfaults at
+  # exit ("Tracer caught signal 11: addr=0x150" in ScanRangeForPointers; what
+  # failed CI on 59ada17 and 475abe2 in reliability_capi_small, whose block
+  # lands there on CI's machine). glibc takes those blocks from malloc and
+  # keeps them in the thread's DTV, itself reached from the thread's TLS, so
+  # LeakSanitizer still scans them as heap without the interceptor.
+  ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0:detect_odr_violation=0:intercept_tls_get_addr=0" \
+    LSAN_OPTIONS="suppressions=$POLYCL_ROOT/ctest/sanitize/lsan.supp:print_suppressions=0" \
+    ctest --test-dir "$ASAN_DIR" -j "$(nproc)" --output-on-failure ||
+    die "ctest under ASan/LSan failed (log above)"
   n=$(ctest --test-dir "$ASAN_DIR" -N | sed -n 's/^Total Tests: //p')
-  asan_log=$(mktemp)
-  if asan_ctest -j "$(nproc)" 2>&1 | tee "$asan_log"; then
-    SUMMARY+=("asan+lsan: $n ctest programs, 0 errors, 0 leaks")
-  else
-    # LeakSanitizer's own stop-the-world tracer now and then segfaults at
-    # exit ("Tracer caught signal 11", google/sanitizers#1353): the program
-    # had passed and no leak was reported. When that is every failure, those
-    # programs run once more and must pass; anything else fails the stage.
-    failed=$(grep -c . "$ASAN_DIR/Testing/Temporary/LastTestsFailed.log" || true)
-    tracer=$(grep -c "LeakSanitizer has encountered a fatal error" "$asan_log" || true)
-    if [[ "$failed" -gt 0 && "$tracer" -eq "$failed" ]] &&
-      ! grep -qE "ERROR: (AddressSanitizer|LeakSanitizer: detected)" "$asan_log"; then
-      log "$failed program(s) failed only by LeakSanitizer's tracer crash: running them again"
-      asan_ctest --rerun-failed || die "ctest under ASan/LSan failed again (log above)"
-      SUMMARY+=("asan+lsan: $n ctest programs, 0 errors, 0 leaks ($failed run again after LSan's tracer crashed)")
-    else
-      die "ctest under ASan/LSan failed (log above)"
-    fi
-  fi
-  rm -f "$asan_log"
+  SUMMARY+=("asan+lsan: $n ctest programs, 0 errors, 0 leaks")
 fi
 
 if want valgrind; then
