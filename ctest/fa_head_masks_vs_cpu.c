@@ -94,7 +94,7 @@ static float mask_value(int key, int row, int head, int kv) {
     return 0.25f * uniform();
 }
 
-/* Runs case c on both backends; returns its NMSE, or -1 if POLYCL0 failed. */
+/* Runs case c on both backends; returns its NMSE, or -1 if either failed. */
 static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_t cpu) {
     size_t nq = (size_t)c->d * c->nb * c->n_head, nkv = (size_t)c->d * c->kv * c->n_kv_head;
     size_t nm = (size_t)c->kv * c->nb * c->mask_heads, no = nq;
