@@ -17,13 +17,13 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "vs_cpu.h"
 
 /* ggml's log, kept whole for the KERNEL check and passed on to stderr. */
 static char *log_text;
 static size_t log_len, log_cap;
 
 static void keep_log(enum ggml_log_level level, const char *text, void *user_data) {
-    (void)level;
     (void)user_data;
     size_t n = strlen(text);
     if (log_len + n + 1 > log_cap) {
@@ -35,7 +35,7 @@ static void keep_log(enum ggml_log_level level, const char *text, void *user_dat
     }
     memcpy(log_text + log_len, text, n + 1);
     log_len += n;
-    if (strstr(text, "error") || strstr(text, "warn")) fputs(text, stderr);
+    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) fputs(text, stderr);
 }
 
 /* The kernel_* names the log holds, each once (for a failed KERNEL check). */
@@ -109,7 +109,7 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
             for (int j = 0; j < c->kv; j++)
                 m[((size_t)h * c->nb + r) * c->kv + j] = ggml_fp32_to_fp16(mask_value(j, r, h, c->kv));
 
-    double nmse = -1;
+    double nmse_out = -1;
     struct fa_graph g[2];
     ggml_backend_t backends[2] = {pc, cpu};
     float *outs[2] = {a, b};
@@ -125,14 +125,7 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
         ok = ggml_backend_graph_compute(backends[i], g[i].gf) == GGML_STATUS_SUCCESS;
         if (ok) ggml_backend_tensor_get(g[i].out, outs[i], 0, sizeof(float) * no);
     }
-    if (ok) {
-        double err = 0, ref = 0;
-        for (size_t i = 0; i < no; i++) {
-            err += (a[i] - b[i]) * (double)(a[i] - b[i]);
-            ref += b[i] * (double)b[i];
-        }
-        nmse = err / ref;
-    }
+    if (ok) nmse_out = nmse(a, b, no);
     for (int i = 0; i < made; i++) release(&g[i]);
     free(q);
     free(a);
@@ -140,7 +133,7 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
     free(k);
     free(v);
     free(m);
-    return nmse;
+    return nmse_out;
 }
 
 int main(int argc, char **argv) {
@@ -149,18 +142,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     ggml_log_set(keep_log, NULL);
-    ggml_backend_load_all_from_path(GGML_BIN_DIR);
-    if (!ggml_backend_load(argv[1])) {
-        fprintf(stderr, "cannot load %s\n", argv[1]);
-        return 1;
-    }
-    ggml_backend_dev_t dev = ggml_backend_dev_by_name("POLYCL0");
-    ggml_backend_t pc = dev ? ggml_backend_dev_init(dev, NULL) : NULL;
-    ggml_backend_t cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, NULL);
-    if (!pc || !cpu) {
-        fprintf(stderr, "backend init failed: polycl %p, cpu %p\n", (void *)pc, (void *)cpu);
-        return 1;
-    }
+    ggml_backend_dev_t dev;
+    ggml_backend_t pc, cpu;
+    if (!open_polycl_and_cpu(argv[1], &dev, &pc, &cpu)) return 1;
 
     /* Head sizes 64 and 128; 4, 2, 3 and 1 query heads a KV head; caches that
      * take the short, vector and long-cache kernels; decode and 3 rows; a

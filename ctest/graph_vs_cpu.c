@@ -9,6 +9,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "vs_cpu.h"
 
 enum { K = 256, M = 48, N = 3 };
 
@@ -47,22 +48,9 @@ static void fill(struct graph *g, const float *w, const float *x, const float *b
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
-    ggml_backend_load_all_from_path(GGML_BIN_DIR);
-    if (!ggml_backend_load(argv[1])) {
-        fprintf(stderr, "cannot load %s\n", argv[1]);
-        return 1;
-    }
-    ggml_backend_dev_t dev = ggml_backend_dev_by_name("POLYCL0");
-    if (!dev) {
-        fprintf(stderr, "no POLYCL0 device\n");
-        return 1;
-    }
-    ggml_backend_t pc = ggml_backend_dev_init(dev, NULL);
-    ggml_backend_t cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, NULL);
-    if (!pc || !cpu) {
-        fprintf(stderr, "backend init failed: polycl %p, cpu %p\n", (void *)pc, (void *)cpu);
-        return 1;
-    }
+    ggml_backend_dev_t dev;
+    ggml_backend_t pc, cpu;
+    if (!open_polycl_and_cpu(argv[1], &dev, &pc, &cpu)) return 1;
 
     /* An allocation the device refuses: NULL and a log line, no abort. */
     ggml_backend_buffer_t huge = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), (size_t)1 << 52);
@@ -90,13 +78,8 @@ int main(int argc, char **argv) {
     float ra[M * N], rb[M * N];
     ggml_backend_tensor_get(a.out, ra, 0, sizeof ra);
     ggml_backend_tensor_get(b.out, rb, 0, sizeof rb);
-    double err = 0, ref = 0;
-    for (int i = 0; i < M * N; i++) {
-        err += (ra[i] - rb[i]) * (double)(ra[i] - rb[i]);
-        ref += rb[i] * (double)rb[i];
-    }
-    double nmse = err / ref;
-    printf("POLYCL0 vs CPU: nmse %.3g (out[0] %f vs %f)\n", nmse, ra[0], rb[0]);
+    double err = nmse(ra, rb, M * N);
+    printf("POLYCL0 vs CPU: nmse %.3g (out[0] %f vs %f)\n", err, ra[0], rb[0]);
     ggml_backend_buffer_free(a.buf);
     ggml_backend_buffer_free(b.buf);
     ggml_free(a.ctx);
@@ -105,5 +88,5 @@ int main(int argc, char **argv) {
     ggml_backend_free(cpu);
     free(w);
     free(x);
-    return nmse < 1e-6 ? 0 : 1;
+    return err < 1e-6 ? 0 : 1;
 }
