@@ -48,6 +48,9 @@
 #                                            # loops; scripts/gpu-kit.sh packs its carry
 #   stage=one BENCH_MODELS="m7-q8_0" BENCH_FLAGS="-fa 0,1 -p 0 -n 128" bash scripts/bench-gpu.sh
 #                                            # bench_one (CUDA and polycl, ratios) on chosen models
+#   CUDA=OFF stage=fa bash scripts/bench-gpu.sh  # polycl's flash-attention kernels against the CPU
+#                                            # backend: ctest's per-head masks and test-backend-ops
+#                                            # FLASH_ATTN_EXT under each of FA_ENVS (see fa_check)
 #   stage=regs bash scripts/bench-gpu.sh     # registers per kernel (ptxas -v) of the cached programs
 #                                            # (and `loops KERNEL...`: their dp4a loops' instructions)
 #   stage=probe PROBE=matvec-act bash scripts/bench-gpu.sh  # builds and runs scripts/probe/$PROBE.c
@@ -526,6 +529,36 @@ backend_ops() { # polycl's GPU kernels against ggml's CPU backend on the GPU mac
   done
 }
 
+fa_check() { # polycl's flash-attention kernels on this GPU against ggml's CPU backend: ctest's
+  # per-head masks (each kernel family, which the plan log must name) and test-backend-ops
+  # FLASH_ATTN_EXT under each of FA_ENVS ('|'-separated lists of VAR=value; default: the plan's
+  # own choice, then the long-cache GQA kernels in place of the tensor-core one from 512
+  # positions, 4, 2 and 1 query heads a group), each restricted to the cases FA_PATTERN
+  # matches (test-backend-ops -p; default all)
+  local e log=$W/fa-ops.log
+  vendor_src
+  mkdir -p "$W/prefix/build" "$W/prefix/src"
+  ln -sfn "$BIN" "$W/prefix/build/bin"
+  ln -sfn "$W/vendor" "$W/prefix/src/vendor"
+  { cmake -S ctest -B "$W/ctest" -DCMAKE_BUILD_TYPE=Release -DPOLYCL_LIB="$LIB" -DGGML_PREFIX="$W/prefix" \
+      -DPOLYCL_GENERATED_HEADER="$PWD/include/polycl.h" &&
+    cmake --build "$W/ctest" -j "$(nproc)" --target fa_head_masks_vs_cpu graph_vs_cpu; } > "$W/ctest.log" 2>&1 ||
+    { tail -n 20 "$W/ctest.log"; return 1; }
+  (cd "$W/ctest" && ctest -R 'fa_head_masks|graph_on_polycl0' --output-on-failure 2>&1 |
+    grep -E 'Test +#|tests passed|FAIL|NMSE|missing' | head -n 40)
+  local long="POLYCL_FA_GQA_MIN_KV=2147483647 POLYCL_FA_LONG_KV=512"
+  IFS='|' read -ra envs <<< "${FA_ENVS:- |$long|$long POLYCL_FA_LONG_HEADS=2|$long POLYCL_FA_LONG_HEADS=1}"
+  for e in "${envs[@]}"; do
+    # shellcheck disable=SC2086 # e is a list of assignments
+    env GGML_BACKEND_PATH="$LIB" POLYCL_LOG=1 $e timeout 300 "$BIN/test-backend-ops" -b POLYCL0 \
+      -o FLASH_ATTN_EXT ${FA_PATTERN:+-p "$FA_PATTERN"} > "$log" 2>&1
+    echo "FLASH_ATTN_EXT [${e# }]: $(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -n 1 | sed 's/^ *//')" \
+      "$(grep -c FAIL "$log") FAIL lines; kernels:" \
+      "$(grep -oE 'kernel_fa_[a-z0-9_]+' "$log" | sort | uniq -c | awk '{printf "%s %s, ", $2, $1}')"
+    grep -E 'FAIL' "$log" | head -n 5
+  done
+}
+
 case ${stage:-bench} in
   build) time build; tail -3 "$W/build.log" ;;
   status) tail -3 "$W/build.log" 2>/dev/null ;;
@@ -548,6 +581,7 @@ case ${stage:-bench} in
   profile) models; profile ;;
   twice) build & models; wait; tail -1 "$W/build.log"; twice ;;
   regs) regs ;;
+  fa) fa_check ;;
   tiles) build & models; wait; tail -1 "$W/build.log"; tiles ;;
   probe)
     : "${PROBE:?stage=probe needs PROBE, a file name in scripts/probe without .c or .cu}"
