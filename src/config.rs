@@ -20,11 +20,11 @@
 //! | `POLYCL_MVN_SPLIT` | `1` or `2` | warps a row pair of the decode matvec + norm kernel (MulMatAddNorm), each over its share of the row. Default: 2 for a Q4_0 one on NVIDIA with at most half as many work-groups as compute units (a 1B model's) and rows of at least 128 blocks (`kernel_mul_mv_norm2_q4_0`, 1024 wide: half the round trips a warp), unless the attention + O pair is on; 1 otherwise. `2` splits Q4_0 and Q8_0 ones (`kernel_mul_mv_norm2_q8_0`; on the H200 the 7B Q8_0 ran no faster with it, docs/perf.md step 73) wherever the device takes 1024 work-items a group: a tuning knob |
 //! | `POLYCL_WRITE` | `batch`, `async` or `blocking` | ggml's small tensor writes (a decode step's inputs): `batch` (default; `async` on Mesa's rusticl, upload.rs) holds writes that fit one kernel's arguments (960 bytes, of which each write's address and length take 12) until the device's next command and makes them one launch, and enqueues other writes up to 256 KiB as `async` does; `async` enqueues each write up to 256 KiB from a host copy without waiting for it (the device's in-order queue still runs it before anything enqueued later); `blocking` waits for each |
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups the vector and GQA kernels split a graph's KV cache into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
-//! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies; shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
+//! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies and the long-cache kernel does not (from `POLYCL_FA_LONG_KV`); shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
 //! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128; two steps with `POLYCL_ATTN_OH`), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
-//! | `POLYCL_FA_LONG_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it) that the long-cache kernel takes (`kernel_fa_long_*`: 8 lanes a key with 16-byte loads and one exponential a lane a step, llama.cpp's CUDA shape; `kernel_fa_long_gqa*`: up to 4 query heads of a KV head a group, `POLYCL_FA_LONG_HEADS`), where the vector kernels would and K/V rows are 16-byte aligned with DK = DV of 64 or 128 (default 1024: on the H200 the 7B Q4_0 at depth 1024 decoded ~10% faster with it, at 256 and 512 positions no faster, docs/perf.md step 74; 0: never): a tuning knob |
+//! | `POLYCL_FA_LONG_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it) that the long-cache kernel takes (`kernel_fa_long_*`: 8 lanes a key with 16-byte loads and one exponential a lane a step, llama.cpp's CUDA shape; `kernel_fa_long_gqa*`: up to 4 query heads of a KV head a group, `POLYCL_FA_LONG_HEADS`), where the vector or the tensor-core GQA kernels would and K/V rows are 16-byte aligned with DK = DV of 64 or 128 (default 1024: on the H200 the 7B Q4_0 at depth 1024 decoded ~10% faster with it, at 256 and 512 positions no faster, docs/perf.md step 74; on the H100 the 1B, 8 query heads a KV head, 24% faster at 4096 than with the GQA kernel, step 76; 0: never): a tuning knob |
 //! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel splits a graph's cache into (chunks a multiple of 128 positions; default 3 a compute unit, one wave of its 168-register groups on the H200): a tuning knob |
-//! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 4 (2 at head size 128), 1: a head a group, every K/V row read once a head (docs/perf.md step 75): a tuning knob |
+//! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 1, a head a group, every K/V row read once a head (from L2 after the first: on the H100 the 1B decoded 583 tokens/s at 4096 cached positions with 1, 568 with 2, 537 with 4, docs/perf.md step 76): a tuning knob |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
 //! | `POLYCL_ATTN_OH` | `0` or `1` | `1`: where one work-group a head takes a decode step's whole cache and the O projection after it is a Q4_0 or Q8_0 MulMatAddNorm, one launch does both by heads (`kernels/attn_oh.cl`, `plan/attn_o.rs`): each head's groups multiply its output by its columns of W_o and add into the row in 64-bit fixed point, and the last group does the epilogue; with it, one group a head also takes caches of two steps (256 positions at head sizes up to 128); `0` (default): two launches (on the H200 the launch by heads made the 1B's GPU span 55-78 us a token longer and the 7B's ~255 us, docs/perf.md step 59) |
 //! | `POLYCL_ATTN_OH_SPLIT` | 1 to 8 | with `POLYCL_ATTN_OH`: work-groups a head, each taking its share of W_o's rows (default: the device's compute units over the heads, 1 to 8): a tuning knob |
@@ -94,7 +94,9 @@ pub struct Config {
     /// (`POLYCL_FA_LONG_GROUPS`); None: three a compute unit.
     pub fa_long_groups: Option<u32>,
     /// Most query heads a group of the long-cache kernel takes
-    /// (`POLYCL_FA_LONG_HEADS`: 1, 2 or 4).
+    /// (`POLYCL_FA_LONG_HEADS`: 1, 2 or 4; 1 by default: on the H100 the 1B
+    /// decoded fastest with one, its KV heads' rows read again from L2,
+    /// docs/perf.md step 76).
     pub fa_long_heads: u32,
     /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
@@ -373,7 +375,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_one_kv: 256,
         fa_long_kv: 1024,
         fa_long_groups: None,
-        fa_long_heads: 4,
+        fa_long_heads: 1,
         attn_o: false,
         attn_oh: false,
         attn_oh_split: None,
@@ -617,7 +619,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         match v.trim().parse::<u32>() {
             Ok(n @ (1 | 2 | 4)) => c.fa_long_heads = n,
             _ => c.problems.push(format!(
-                "POLYCL_FA_LONG_HEADS={v:?}: expected 1, 2 or 4; using 4"
+                "POLYCL_FA_LONG_HEADS={v:?}: expected 1, 2 or 4; using 1"
             )),
         }
     }
@@ -1090,13 +1092,13 @@ mod tests {
         );
         let c = with(&[("POLYCL_FA_LONG_GROUPS", "0")]);
         assert!(c.problems.len() == 1 && c.fa_long_groups.is_none());
-        assert_eq!(with(&[]).fa_long_heads, 4);
+        assert_eq!(with(&[]).fa_long_heads, 1);
         assert_eq!(with(&[("POLYCL_FA_LONG_HEADS", "2")]).fa_long_heads, 2);
-        assert_eq!(with(&[("POLYCL_FA_LONG_HEADS", "1")]).fa_long_heads, 1);
+        assert_eq!(with(&[("POLYCL_FA_LONG_HEADS", "4")]).fa_long_heads, 4);
         for bad in ["3", "8", "0", "two"] {
             let c = with(&[("POLYCL_FA_LONG_HEADS", bad)]);
             assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_LONG_HEADS"));
-            assert_eq!(c.fa_long_heads, 4);
+            assert_eq!(c.fa_long_heads, 1);
         }
     }
 

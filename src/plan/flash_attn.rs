@@ -243,16 +243,19 @@ pub fn lower_split(
     let part_off = cnt_off + counters;
     let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
     let short = short_kernel(b, tk, tv, &k, &v);
-    let gqa = match short {
+    // From POLYCL_FA_LONG_KV the long-cache kernel comes before the
+    // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
+    // at 4096 cached positions with it against 472 (docs/perf.md step 76).
+    let long = match short {
         Some(_) => None,
-        None => gqa_applies(b, fa, [tq, tk, tv]),
+        None => long_kernel(tq, tk, tv, &k, &v),
     };
-    let one = match (gqa, short) {
-        (None, None) => one_kernel(b, tk, tv, &k, &v),
+    let gqa = match (short, long) {
+        (None, None) => gqa_applies(b, fa, [tq, tk, tv]),
         _ => None,
     };
-    let long = match (gqa, short, one) {
-        (None, None, None) => long_kernel(tq, tk, tv, &k, &v),
+    let one = match (gqa, short, long) {
+        (None, None, None) => one_kernel(b, tk, tv, &k, &v),
         _ => None,
     };
     let chunk_len = match (gqa, short, one, long) {
@@ -433,9 +436,11 @@ fn one_kernel(
 /// once), and no step kernel (whose program holds only `kernel_fa_vec`). A
 /// run of 8 lanes a key and one exponential a lane a step, where the vector
 /// kernels spend a warp a key and every key's exponential on every lane
-/// (docs/perf.md step 74). Where query heads share a KV head, a `_gqa`
-/// kernel takes `long_heads` of them a group, so each K and V row is read
-/// once for them all (step 75).
+/// (docs/perf.md step 74). It comes before the tensor-core GQA kernel.
+/// Where query heads share a KV head and `POLYCL_FA_LONG_HEADS` allows, a
+/// `_gqa` kernel takes `long_heads` of them a group, so each K and V row is
+/// read once for them all (step 75); by default a group takes one head, the
+/// fastest on the H100, whose L2 served the other heads' reads (step 76).
 fn long_kernel(
     tq: &TensorType,
     tk: &TensorType,
@@ -454,7 +459,7 @@ fn long_kernel(
     if !ok {
         return None;
     }
-    let heads = long_heads(tq, tk, k.ne[0]);
+    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
     Some(match (k.ne[0], heads) {
         (64, 4) => ("kernel_fa_long_gqa4_d64", 4),
         (64, 2) => ("kernel_fa_long_gqa2_d64", 2),
@@ -467,12 +472,12 @@ fn long_kernel(
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the
 /// most of 4 and 2 that divides the G query heads of a KV head, at most
-/// `POLYCL_FA_LONG_HEADS` and 4 / (64-wide pieces of a row), so that a
+/// `most_heads` (`POLYCL_FA_LONG_HEADS`) and 4 / (64-wide pieces of a row), so that a
 /// group's q and accumulators, one of each a head, stay within 64 registers;
 /// else 1.
-fn long_heads(q: &TensorType, k: &TensorType, d: i64) -> i64 {
+fn long_heads(q: &TensorType, k: &TensorType, d: i64, most_heads: u32) -> i64 {
     let ratio = heads_per_kv(q, k);
-    let most = (config::get().fa_long_heads as i64).min(4 / (d / 64).max(1));
+    let most = (most_heads as i64).min(4 / (d / 64).max(1));
     [4, 2]
         .into_iter()
         .find(|&h| h <= most && ratio.is_some_and(|g| g % h == 0))
@@ -693,7 +698,8 @@ mod tests {
     }
 
     /// The long kernel's heads a group divide G, and head size 128 takes at
-    /// most 2 (POLYCL_FA_LONG_HEADS at its default, 4).
+    /// most 2 (POLYCL_FA_LONG_HEADS=4); with 1 (the default) every group
+    /// takes one head.
     #[test]
     fn long_heads_divide_the_query_heads_of_a_kv_head() {
         for (n_head, n_head_kv, d, want) in [
@@ -709,9 +715,11 @@ mod tests {
         ] {
             let q = ty(GgmlType::F32, [d, 1, n_head, 1]);
             let k = ty(GgmlType::F16, [d, 2048, n_head_kv, 1]);
-            let heads = long_heads(&q, &k, d);
+            let heads = long_heads(&q, &k, d, 4);
             assert_eq!(heads, want, "{n_head} heads on {n_head_kv}, head size {d}");
             assert_eq!((n_head / n_head_kv) % heads, 0);
+            assert_eq!(long_heads(&q, &k, d, 2), want.min(2));
+            assert_eq!(long_heads(&q, &k, d, 1), 1);
         }
     }
 
