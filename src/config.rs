@@ -22,7 +22,7 @@
 //! | `POLYCL_FA_GROUPS` | 1 to 65536 | decode flash attention: about how many work-groups the vector and GQA kernels split a graph's KV cache into (each takes a power-of-two chunk of 32 to 256 positions of one head; a head that is one chunk skips the merge's fence and arrival counter), default 256: a tuning knob, measured per GPU with `llama-bench` |
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies and the long-cache kernel does not (from `POLYCL_FA_LONG_KV`); shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
 //! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128; two steps with `POLYCL_ATTN_OH`), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
-//! | `POLYCL_FA_LONG_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it) that the long-cache kernel takes (`kernel_fa_long_*`: 8 lanes a key with 16-byte loads and one exponential a lane a step, llama.cpp's CUDA shape; `kernel_fa_long_gqa*`: up to 4 query heads of a KV head a group, `POLYCL_FA_LONG_HEADS`), where the vector or the tensor-core GQA kernels would and K/V rows are 16-byte aligned with DK = DV of 64 or 128 (default 1024: on the H200 the 7B Q4_0 at depth 1024 decoded ~10% faster with it, at 256 and 512 positions no faster, docs/perf.md step 74; on the H100 the 1B, 8 query heads a KV head, 24% faster at 4096 than with the GQA kernel, step 76; 0: never): a tuning knob |
+//! | `POLYCL_FA_LONG_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it) that the long-cache kernel takes (`kernel_fa_long_*`: 8 lanes a key with 16-byte loads and one exponential a lane a step, llama.cpp's CUDA shape; `kernel_fa_long_gqa*`: up to 4 query heads of a KV head a group, `POLYCL_FA_LONG_HEADS`), where the vector or the tensor-core GQA kernels would and K/V rows are 16-byte aligned with DK = DV of 64 or 128 (default 512: on the H200 the 7B Q4_0 at depth 1024 decoded ~10% faster with it, at 256 and 512 positions no faster, docs/perf.md step 74; on the H100 the 1B, 8 query heads a KV head, 24% faster at 4096 than with the GQA kernel, step 76, and 20-24% at 512 and 768, step 77; at 256 no faster, so those stay with the vector and whole-cache kernels; 0: never): a tuning knob |
 //! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel splits a graph's cache into (chunks a multiple of 128 positions; default 3 a compute unit, one wave of its 168-register groups on the H200): a tuning knob |
 //! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 1, a head a group, every K/V row read once a head (from L2 after the first: on the H100 the 1B decoded 583 tokens/s at 4096 cached positions with 1, 568 with 2, 537 with 4, docs/perf.md step 76): a tuning knob |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
@@ -373,7 +373,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_gqa_min_kv: 512,
         fa_short_kv: 256,
         fa_one_kv: 256,
-        fa_long_kv: 1024,
+        fa_long_kv: 512,
         fa_long_groups: None,
         fa_long_heads: 1,
         attn_o: false,
@@ -1080,11 +1080,11 @@ mod tests {
         let c = with(&[("POLYCL_FA_ONE_KV", "all")]);
         assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_ONE_KV"));
         assert_eq!(c.fa_one_kv, 256);
-        assert_eq!(with(&[]).fa_long_kv, 1024);
+        assert_eq!(with(&[]).fa_long_kv, 512);
         assert_eq!(with(&[("POLYCL_FA_LONG_KV", "0")]).fa_long_kv, 0);
         let c = with(&[("POLYCL_FA_LONG_KV", "-1")]);
         assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_LONG_KV"));
-        assert_eq!(c.fa_long_kv, 1024);
+        assert_eq!(c.fa_long_kv, 512);
         assert_eq!(with(&[]).fa_long_groups, None);
         assert_eq!(
             with(&[("POLYCL_FA_LONG_GROUPS", "528")]).fa_long_groups,

@@ -245,7 +245,8 @@ pub fn lower_split(
     let short = short_kernel(b, tk, tv, &k, &v);
     // From POLYCL_FA_LONG_KV the long-cache kernel comes before the
     // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
-    // at 4096 cached positions with it against 472 (docs/perf.md step 76).
+    // at 4096 cached positions with it against 472 (docs/perf.md step 76),
+    // ~630 against ~525 at 512 and 768 (step 77).
     let long = match short {
         Some(_) => None,
         None => long_kernel(tq, tk, tv, &k, &v),
