@@ -525,3 +525,37 @@ fn the_output_norm_meets_the_last_down_projection_and_the_lm_head_writes_its_row
     assert_eq!(fuse::run(&mut g).matmul_norm, 0);
     assert_eq!(g.count("MulMatNormed"), 0);
 }
+
+#[test]
+fn an_input_after_the_members_moves_the_fused_node_after_it() {
+    // a = scale(x); b = scale(x); c = add(a, b); fuse [a] reading b: the
+    // fused node goes after b, and c after it (Graph::fuse then orders the
+    // whole graph from the first member on, not only up to the last one).
+    let mut b = B::new();
+    let x = b.param(F32, [E, 1, 1, 1]);
+    let scale = Op::Scale {
+        scale: 2.0,
+        bias: 0.0,
+    };
+    let a = b.node(scale.clone(), vec![x], F32, [E, 1, 1, 1]);
+    let y = b.node(scale.clone(), vec![x], F32, [E, 1, 1, 1]);
+    b.node(Op::Binary(BinaryOp::Add), vec![a, y], F32, [E, 1, 1, 1]);
+    let mut g = b.g;
+    let f = g
+        .fuse(&[a.node], Op::Binary(BinaryOp::Mul), vec![x, y], "f".into())
+        .expect("fused");
+    ggml_polycl::ir::verify::verify(&g).unwrap();
+    let ops: Vec<&Op> = g.nodes.iter().map(|n| &n.op).collect();
+    assert_eq!(
+        ops,
+        vec![
+            &Op::Parameter,
+            &scale,
+            &Op::Binary(BinaryOp::Mul),
+            &Op::Binary(BinaryOp::Add)
+        ]
+    );
+    assert_eq!(f, 2);
+    assert_eq!(g.nodes[3].inputs, vec![Value::new(2, 0), Value::new(1, 0)]);
+    assert_eq!(g.nodes[2].inputs, vec![Value::new(0, 0), Value::new(1, 0)]);
+}

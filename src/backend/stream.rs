@@ -164,6 +164,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     if let Some(plan) = cache.get(key) {
         return run_counted(c, plan);
     }
+    let t0 = std::time::Instant::now();
     // SAFETY: as above.
     let dec = unsafe { GgmlGraph::new(g, Memory::Placed) }?;
     let mut ir = frontend::translate(&dec)?;
@@ -175,11 +176,12 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
     }
     let plan = Plan::build(&ir, &c.dev)?;
     log::debug(&format!(
-        "{}: new plan: {} nodes -> {} launches ({} cached)",
+        "{}: new plan: {} nodes -> {} launches ({} cached) in {} us",
         c.dev.name,
         ir.nodes.len(),
         plan.launches.len(),
-        cache.len()
+        cache.len(),
+        t0.elapsed().as_micros()
     ));
     if config::get().verbose {
         let names = plan.kernel_names();

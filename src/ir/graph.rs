@@ -224,7 +224,8 @@ impl Graph {
         inputs: Vec<Value>,
         name: String,
     ) -> Option<NodeId> {
-        if !self.can_fuse(members, &inputs) {
+        let end = self.fusion_window_end(members, &inputs)?;
+        if !self.can_fuse(members, &inputs, end) {
             return None;
         }
         let first = *members.iter().min().expect("a fusion has members");
@@ -263,7 +264,8 @@ impl Graph {
             Some(k) => Value::new(fused, base[k] + v.port),
             None => v,
         };
-        for n in self.nodes.iter_mut() {
+        // In topological order only nodes from the first member on read one.
+        for n in self.nodes[first..].iter_mut() {
             for v in n.inputs.iter_mut() {
                 *v = redirect(*v);
             }
@@ -272,84 +274,117 @@ impl Graph {
             *r = redirect(*r);
         }
         // Stable topological order: among the nodes whose inputs are placed,
-        // the one with the smallest key goes next.
-        let n_all = self.nodes.len();
-        let key = |i: usize| if i == fused { first } else { i };
+        // the one with the smallest key goes next. Nodes before the first
+        // member keep their places (they read nothing after them), and so do
+        // those from `end` on: every node before `end` reads only nodes
+        // before it, so all of them are placed first. Only the window
+        // [first, end) and the fused node are ordered again; a plan's
+        // graph of hundreds of nodes is fused dozens of times.
+        let local = |i: usize| if i == fused { end - first } else { i - first };
+        let window = end - first + 1;
         let removed = |i: usize| i != fused && members.contains(&i);
-        let mut pending = vec![0usize; n_all];
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); n_all];
-        for (i, n) in self.nodes.iter().enumerate() {
+        let key = |i: usize| if i == fused { first } else { i };
+        let mut pending = vec![0usize; window];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); window];
+        for i in (first..end).chain([fused]) {
             if removed(i) {
                 continue;
             }
-            for v in &n.inputs {
-                pending[i] += 1;
-                users[v.node].push(i);
+            for v in &self.nodes[i].inputs {
+                if v.node >= first {
+                    pending[local(i)] += 1;
+                    users[local(v.node)].push(i);
+                }
             }
         }
         let mut ready = std::collections::BinaryHeap::new();
-        for i in (0..n_all).filter(|&i| !removed(i) && pending[i] == 0) {
-            ready.push(std::cmp::Reverse((key(i), i)));
+        for i in (first..end).chain([fused]) {
+            if !removed(i) && pending[local(i)] == 0 {
+                ready.push(std::cmp::Reverse((key(i), i)));
+            }
         }
-        let mut order = Vec::with_capacity(n_all);
+        let mut order = Vec::with_capacity(window);
         while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
             order.push(i);
-            for &u in &users[i] {
-                pending[u] -= 1;
-                if pending[u] == 0 {
+            for &u in &users[local(i)] {
+                pending[local(u)] -= 1;
+                if pending[local(u)] == 0 {
                     ready.push(std::cmp::Reverse((key(u), u)));
                 }
             }
         }
-        let mut new_id = vec![usize::MAX; n_all];
-        for (new, &old) in order.iter().enumerate() {
-            new_id[old] = new;
+        let mut new_at = vec![usize::MAX; window];
+        for (k, &i) in order.iter().enumerate() {
+            new_at[local(i)] = first + k;
         }
-        let mut old_nodes: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
-            .into_iter()
-            .map(Some)
+        let shift_from = first + order.len();
+        let remap = |v: Value| {
+            let node = if v.node < first {
+                v.node
+            } else if v.node < end || v.node == fused {
+                new_at[local(v.node)]
+            } else {
+                shift_from + (v.node - end)
+            };
+            Value::new(node, v.port)
+        };
+        let fused_node = self.nodes.pop().expect("pushed above");
+        let mut old: Vec<Option<Node>> = self.nodes.drain(first..end).map(Some).collect();
+        old.push(Some(fused_node));
+        let placed: Vec<Node> = order
+            .iter()
+            .map(|&i| old[local(i)].take().expect("each node placed once"))
             .collect();
-        let remap = |v: Value| Value::new(new_id[v.node], v.port);
-        for &old in &order {
-            let mut n = old_nodes[old].take().expect("each node placed once");
+        self.nodes.splice(first..first, placed);
+        for n in self.nodes[first..].iter_mut() {
             for v in n.inputs.iter_mut() {
                 *v = remap(*v);
             }
-            self.nodes.push(n);
         }
         for r in self.results.iter_mut() {
             *r = remap(*r);
         }
-        Some(new_id[fused])
+        Some(new_at[local(fused)])
     }
 
-    fn can_fuse(&self, members: &[NodeId], inputs: &[Value]) -> bool {
+    /// The end of the nodes a fusion of `members` may reorder: past the last
+    /// member where every input of the fused node comes before it (as every
+    /// pass builds them, from the members' inputs), else the graph's end.
+    /// None where the members or inputs name no node.
+    fn fusion_window_end(&self, members: &[NodeId], inputs: &[Value]) -> Option<NodeId> {
+        let hi = *members.iter().max()?;
+        if hi >= self.nodes.len() || inputs.iter().any(|v| v.node >= self.nodes.len()) {
+            return None;
+        }
+        Some(if inputs.iter().all(|v| v.node <= hi) {
+            hi + 1
+        } else {
+            self.nodes.len()
+        })
+    }
+
+    /// `end` from `fusion_window_end`; the graph in topological order (as
+    /// `verify` requires).
+    fn can_fuse(&self, members: &[NodeId], inputs: &[Value], end: NodeId) -> bool {
         let (Some(&lo), Some(&hi)) = (members.iter().min(), members.iter().max()) else {
             return false;
         };
-        if hi >= self.nodes.len()
-            || (lo..hi).any(|i| !members.contains(&i) && !self.nodes[i].op.is_view())
-        {
+        if (lo..hi).any(|i| !members.contains(&i) && !self.nodes[i].op.is_view()) {
             return false;
         }
-        if inputs.iter().any(|v| v.node >= self.nodes.len()) {
-            return false;
+        // Everything computed from a member's output (members included), in
+        // the window that holds every input: no input of the fused node may
+        // come from there. Nodes before the first member read none.
+        let mut downstream = vec![false; end - lo];
+        for i in lo..end {
+            downstream[i - lo] = members.contains(&i)
+                || self.nodes[i]
+                    .inputs
+                    .iter()
+                    .any(|v| v.node >= lo && downstream.get(v.node - lo) == Some(&true));
         }
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            for v in &n.inputs {
-                users[v.node].push(i);
-            }
-        }
-        // Everything computed from a member's output (members included): no
-        // input of the fused node may come from there.
-        let mut downstream = vec![false; self.nodes.len()];
-        let mut stack: Vec<usize> = members.to_vec();
-        while let Some(i) = stack.pop() {
-            if !std::mem::replace(&mut downstream[i], true) {
-                stack.extend(users[i].iter().copied());
-            }
-        }
-        !inputs.iter().any(|v| downstream[v.node])
+        !inputs
+            .iter()
+            .any(|v| v.node >= lo && downstream.get(v.node - lo) == Some(&true))
     }
 }

@@ -206,6 +206,7 @@ impl Plan {
             q8_producers,
         };
         let mut launches = Vec::new();
+        let _addresses = crate::runtime::addresses::BindScope::begin();
         for (i, n) in graph.nodes.iter().enumerate() {
             lower::lower(&mut binder, i, n, &mut launches)?;
         }
