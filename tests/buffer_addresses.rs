@@ -109,4 +109,19 @@ fn kernels_by_address_compute_what_kernels_by_argument_do() {
         assert_eq!(args, 4, "{mode:?}: the same arguments, some as addresses");
         assert_eq!(by_address, by_argument, "{mode:?}");
     }
+
+    // While a plan binds its launches (a BindScope), each buffer's address
+    // is asked of the device once; outside one, every time.
+    let mems = [w.cl_mem(), act.cl_mem()];
+    let alone = addresses::resolve(&dev, &mems).unwrap();
+    let before = addresses::round_trips();
+    {
+        let _scope = addresses::BindScope::begin();
+        assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+        assert_eq!(addresses::resolve(&dev, &mems[1..]).unwrap(), alone[1..]);
+        assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+    }
+    assert_eq!(addresses::round_trips(), before + 1);
+    assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+    assert_eq!(addresses::round_trips(), before + 2);
 }

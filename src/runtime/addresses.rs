@@ -167,6 +167,13 @@ impl Drop for BindScope {
     }
 }
 
+/// Round trips `resolve` has made to the device (a test counts them).
+static ROUND_TRIPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn round_trips() -> u64 {
+    ROUND_TRIPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The device addresses of `mems`, in order: written by the device into a
 /// buffer and read back (blocking; a plan binds its launches once), except
 /// those a `BindScope` already holds.
@@ -190,6 +197,7 @@ pub fn resolve(device: &Device, mems: &[cl_mem]) -> Result<Vec<u64>> {
     let slots = super::step::upload(device, &mut addresses)?;
     enqueue_writes(device, &p.kernel.lock(), slots.get(), mems)?;
     read_blocking(device, slots.get(), 0, &mut addresses)?;
+    ROUND_TRIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     BOUND.with(|b| {
         if let Some(map) = b.borrow_mut().as_mut() {
             for (m, &a) in mems.iter().zip(&addresses) {
