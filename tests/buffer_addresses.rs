@@ -120,8 +120,15 @@ fn kernels_by_address_compute_what_kernels_by_argument_do() {
         assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
         assert_eq!(addresses::resolve(&dev, &mems[1..]).unwrap(), alone[1..]);
         assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+        assert_eq!(addresses::round_trips(), before + 1);
+        // One inside another starts empty and gives the outer one back.
+        {
+            let _inner = addresses::BindScope::begin();
+            assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+        }
+        assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
+        assert_eq!(addresses::round_trips(), before + 2);
     }
-    assert_eq!(addresses::round_trips(), before + 1);
     assert_eq!(addresses::resolve(&dev, &mems).unwrap(), alone);
-    assert_eq!(addresses::round_trips(), before + 2);
+    assert_eq!(addresses::round_trips(), before + 3);
 }

@@ -152,18 +152,19 @@ thread_local! {
 /// 1B's new plan (every 256 cached positions) ~5 ms longer on PoCL. Only for
 /// the span of one plan's binding, while every buffer its launches take is
 /// held: a handle released and created again could name another buffer.
-pub struct BindScope(());
+/// One begun inside another starts empty and gives the outer one back.
+pub struct BindScope(Option<HashMap<(usize, usize), u64>>);
 
 impl BindScope {
     pub fn begin() -> BindScope {
-        BOUND.with(|b| *b.borrow_mut() = Some(HashMap::new()));
-        BindScope(())
+        BindScope(BOUND.with(|b| b.borrow_mut().replace(HashMap::new())))
     }
 }
 
 impl Drop for BindScope {
     fn drop(&mut self) {
-        BOUND.with(|b| *b.borrow_mut() = None);
+        let outer = self.0.take();
+        BOUND.with(|b| *b.borrow_mut() = outer);
     }
 }
 
