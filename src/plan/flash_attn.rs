@@ -473,9 +473,9 @@ fn long_kernel(
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the
 /// most of 4 and 2 that divides the G query heads of a KV head, at most
-/// `most_heads` (`POLYCL_FA_LONG_HEADS`) and 4 / (64-wide pieces of a row), so that a
-/// group's q and accumulators, one of each a head, stay within 64 registers;
-/// else 1.
+/// `most_heads` (`POLYCL_FA_LONG_HEADS`) and 4 / (64-wide pieces of a row),
+/// so that a group's q and accumulators, one of each a head, stay within 64
+/// registers; else 1.
 fn long_heads(q: &TensorType, k: &TensorType, d: i64, most_heads: u32) -> i64 {
     let ratio = heads_per_kv(q, k);
     let most = (most_heads as i64).min(4 / (d / 64).max(1));
