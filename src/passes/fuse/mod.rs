@@ -83,21 +83,6 @@ pub fn run_for(g: &mut Graph, widest: usize) -> Fused {
     }
 }
 
-/// The nodes that read each value: users[node][port].
-pub(crate) fn users(g: &Graph) -> Vec<Vec<Vec<usize>>> {
-    let mut u: Vec<Vec<Vec<usize>>> = g
-        .nodes
-        .iter()
-        .map(|n| vec![Vec::new(); n.outputs.len()])
-        .collect();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in &n.inputs {
-            u[v.node][v.port as usize].push(i);
-        }
-    }
-    u
-}
-
 /// Whether `v` is a weight split across devices (`-sm row`): those matmuls
 /// are lowered with peer work and are never fused.
 pub(crate) fn is_split_weight(g: &Graph, v: Value) -> bool {

@@ -52,10 +52,9 @@ struct Match {
 }
 
 fn find(g: &Graph, refused: &[NodeId]) -> Option<Match> {
-    let users = super::users(g);
     (0..g.nodes.len())
         .filter(|w| !refused.contains(w))
-        .find_map(|w| try_match(g, &users, w))
+        .find_map(|w| try_match(g, w))
 }
 
 fn bound(g: &Graph, v: Value) -> bool {
@@ -119,7 +118,7 @@ fn rope_source(g: &Graph, v: Value) -> Option<NodeId> {
     (s.port == 0 && matches!(g.nodes[s.node].op, Op::Rope(_))).then_some(s.node)
 }
 
-fn try_match(g: &Graph, users: &[Vec<Vec<usize>>], wk: NodeId) -> Option<Match> {
+fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
     if !scatter_ok(g, wk) {
         return None;
     }
@@ -142,8 +141,10 @@ fn try_match(g: &Graph, users: &[Vec<Vec<usize>>], wk: NodeId) -> Option<Match> 
         r != rk
             && rope_ok(g, r) == Some(p)
             && g.nodes[r].inputs[1..] == rope_k.inputs[1..]
-            // a rope that feeds a cache write is some layer's K
-            && !users[r][0].iter().any(|&u| is_k_write(g, u, r))
+            // a rope that feeds a cache write is some layer's K (its users
+            // found here, for the few ropes that get this far: a table of
+            // every node's users, built again after each fusion, cost more)
+            && !g.users(Value::new(r, 0)).into_iter().any(|u| is_k_write(g, u, r))
     };
     let rq = nearest(g.nodes.len(), rk, same_rope)?;
     let k_dst = g.output(nk.inputs[0]).place;
