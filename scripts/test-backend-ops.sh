@@ -67,12 +67,9 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     # POLYCL_FA_GQA_MIN_KV=0: the GQA kernel takes the decode shapes of every
     # cache length, the shortest ones too (which it leaves to the vector
     # kernel by default), and in the mma run the longest too, which the
-    # long-cache kernel takes before it by default (POLYCL_FA_LONG_KV=0).
-    case $run in
-      FLASH_ATTN_EXT:fast | *:onechunk) long_kv=512 ;;
-      *:mma) long_kv=0 ;;
-      *) long_kv=1024 ;;
-    esac
+    # long-cache kernel takes before it elsewhere (from 512 positions, the
+    # default; POLYCL_FA_LONG_KV=0 here).
+    long_kv=$([[ $kind == mma ]] && echo 0 || echo 512)
     POLYCL_FAST_KERNELS=1 POLYCL_MMA=$([[ $kind == mma ]] && echo 1 || echo 0) \
       POLYCL_FA_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 256) POLYCL_FA_GQA_MIN_KV=0 \
       POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
