@@ -39,6 +39,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const SOURCE: &str = include_str!("kernels/addresses.cl");
 /// Buffer arguments of one `kernel_pk_addresses` launch.
@@ -169,10 +170,10 @@ impl Drop for BindScope {
 }
 
 /// Round trips `resolve` has made to the device (a test counts them).
-static ROUND_TRIPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ROUND_TRIPS: AtomicU64 = AtomicU64::new(0);
 
 pub fn round_trips() -> u64 {
-    ROUND_TRIPS.load(std::sync::atomic::Ordering::Relaxed)
+    ROUND_TRIPS.load(Ordering::Relaxed)
 }
 
 /// The device addresses of `mems`, in order: written by the device into a
@@ -198,7 +199,7 @@ pub fn resolve(device: &Device, mems: &[cl_mem]) -> Result<Vec<u64>> {
     let slots = super::step::upload(device, &mut addresses)?;
     enqueue_writes(device, &p.kernel.lock(), slots.get(), mems)?;
     read_blocking(device, slots.get(), 0, &mut addresses)?;
-    ROUND_TRIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ROUND_TRIPS.fetch_add(1, Ordering::Relaxed);
     BOUND.with(|b| {
         if let Some(map) = b.borrow_mut().as_mut() {
             for (m, &a) in mems.iter().zip(&addresses) {
