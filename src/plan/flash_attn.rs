@@ -146,11 +146,16 @@ fn counter_bytes(q: &TensorType) -> u64 {
     (q.ne[1] * q.ne[2] * q.ne[3] * 4) as u64
 }
 
-/// Partial states of either kernel family: a chunk count's worth per
-/// (query, head), the most of the vector kernels' and the GQA kernel's.
-fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType) -> u64 {
+/// Partial states of every kernel family: a chunk count's worth per
+/// (query, head), the most of the vector kernels', the GQA kernel's and the
+/// cols kernel's (split into `groups` work-groups, `long_groups`).
+fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType, groups: i64) -> u64 {
     let gqa = gqa_ratio(q, k).map_or(0, |r| chunk_count(k, gqa_chunk(q, k, r)));
-    (q.ne[1] * q.ne[2] * q.ne[3] * chunks(q, k).max(gqa) * state_floats(v.ne[0]) * 4) as u64
+    let cols = heads_per_kv(q, k)
+        .filter(|r| (2..=COLS).contains(r))
+        .map_or(0, |r| chunk_count(k, cols_chunk(q, k, r, groups)));
+    let most = chunks(q, k).max(gqa).max(cols);
+    (q.ne[1] * q.ne[2] * q.ne[3] * most * state_floats(v.ne[0]) * 4) as u64
 }
 
 /// Floats of one chunk's partial state (fa_split.cl `fa_state_floats`): M,
@@ -169,12 +174,15 @@ fn align(n: u64) -> u64 {
 /// plan shares both (the in-order queue runs them one after the other, and
 /// each launch leaves its counters at 0), so the sizes are maxima.
 fn layout(g: &Graph, device: &Device) -> (u64, u64) {
+    // Without the device's figure no split node is lowered (lower_split
+    // asks again and fails), so any count serves.
+    let groups = long_groups(device).unwrap_or(1);
     g.nodes
         .iter()
         .filter(|n| applies(g, n, fast(device)))
         .map(|n| {
             let [q, k, v] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
-            (align(counter_bytes(q)), partial_bytes(q, k, v))
+            (align(counter_bytes(q)), partial_bytes(q, k, v, groups))
         })
         .fold((0, 0), |(c, p), (nc, np)| (c.max(nc), p.max(np)))
 }
@@ -247,19 +255,28 @@ pub fn lower_split(
     // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
     // at 4096 cached positions with it against 472 (docs/perf.md step 76),
     // ~630 against ~525 at 512 and 768 (step 77).
-    let long = match short {
+    // Where query heads share a KV head and POLYCL_FA_LONG_COLS asks, the
+    // tensor-core kernel with them as its tile's columns takes the long
+    // caches (off by default: slower than the long kernel on the H100 until
+    // its merge is faster, docs/perf.md step 78).
+    let cols = match short {
         Some(_) => None,
-        None => long_kernel(tq, tk, tv, &k, &v),
+        None => cols_applies(b, fa, [tq, tk, tv]),
     };
-    let gqa = match (short, long) {
-        (None, None) => gqa_applies(b, fa, [tq, tk, tv]),
+    let long = match (short, cols) {
+        (None, None) => long_kernel(tq, tk, tv, &k, &v),
         _ => None,
     };
-    let one = match (gqa, short, long) {
-        (None, None, None) => one_kernel(b, tk, tv, &k, &v),
+    let gqa = match (short, long, cols) {
+        (None, None, None) => gqa_applies(b, fa, [tq, tk, tv]),
+        _ => None,
+    };
+    let one = match (gqa, short, long, cols) {
+        (None, None, None, None) => one_kernel(b, tk, tv, &k, &v),
         _ => None,
     };
     let chunk_len = match (gqa, short, one, long) {
+        _ if let Some(r) = cols => cols_chunk(tq, tk, r, long_groups(&b.device)?),
         (Some(r), _, _, _) => gqa_chunk(tq, tk, r),
         (None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
         (None, None, Some(_), _) => tk.ne[1].max(1),
@@ -267,7 +284,8 @@ pub fn lower_split(
         (None, None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
-    if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv) > size as u64 {
+    let groups = long_groups(&b.device)?;
+    if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv, groups) > size as u64 {
         return Ok(false);
     }
     zero_counters(b, scratch, cnt_off, counters)?;
@@ -281,15 +299,19 @@ pub fn lower_split(
         None
     };
     let heads = (q.ne[2] * q.ne[3]) as usize;
-    let (program, name, wg, global) = if let Some(ratio) = gqa {
-        let name = if q.ne[0] == 64 {
-            "kernel_fa_gqa_d64"
-        } else {
-            "kernel_fa_gqa_d128"
-        };
-        let groups = gqa_query_groups(tq, ratio) * n_chunks;
+    // The tensor-core kernels (fa_gqa.cl): a group a KV head's query heads,
+    // 16 / G or 8 / G queries of them.
+    let tensor_core = match (cols, gqa, q.ne[0] == 64) {
+        (Some(r), _, true) => Some((cols_query_groups(tq, r), "kernel_fa_gqa_cols_d64")),
+        (Some(r), _, false) => Some((cols_query_groups(tq, r), "kernel_fa_gqa_cols_d128")),
+        (None, Some(r), true) => Some((gqa_query_groups(tq, r), "kernel_fa_gqa_d64")),
+        (None, Some(r), false) => Some((gqa_query_groups(tq, r), "kernel_fa_gqa_d128")),
+        (None, None, _) => None,
+    };
+    let (program, name, wg, global) = if let Some((query_groups, name)) = tensor_core {
+        let groups = (query_groups * n_chunks) as usize;
         let kv_heads = (k.ne[2] * q.ne[3]) as usize;
-        ("fa_gqa", name, FV_WG, [FV_WG, groups as usize, kv_heads])
+        ("fa_gqa", name, FV_WG, [FV_WG, groups, kv_heads])
     } else {
         let (name, wg, sets) = match (short, one, long) {
             (Some((name, _)), _, _) => (name, FS_WG, heads),
@@ -509,17 +531,31 @@ fn split_kernel(
 }
 
 /// Query heads a KV head where the GQA kernel (`fa_gqa.cl`) takes the node:
-/// the mma kernels wanted, 2 to 16 query heads a KV head, head size 64 or
-/// 128 (DK = DV), F32 Q, F16 K and V rows of contiguous halves 4-byte
-/// aligned (a fragment is one 4-byte load) whose row strides fit the 32
-/// bits it steps keys by, and a mask whose element stride does too; and a
-/// cache of at least `POLYCL_FA_GQA_MIN_KV` positions (at the shortest
+/// 2 to 16 query heads a KV head, the operands both tensor-core kernels
+/// take with 4-byte aligned K and V rows (a fragment is one 4-byte load),
+/// and a cache of at least `POLYCL_FA_GQA_MIN_KV` positions (at the shortest
 /// caches the vector kernel's 8x more work-groups finished sooner on the
 /// H200, docs/perf.md step 42).
 fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
+    let ok = tensor_core_operands(b, fa, [tq, tk, tv], 4)
+        && tk.ne[1] >= config::get().fa_gqa_min_kv as i64;
+    ok.then(|| gqa_ratio(tq, tk)).flatten()
+}
+
+/// What both tensor-core decode kernels (fa_gqa.cl) need of the operands:
+/// the mma kernels wanted, head size 64 or 128 (DK = DV), F32 Q, F16 K and V
+/// rows of contiguous halves `align`-byte aligned whose row strides fit the
+/// 32 bits they step keys by, and a mask whose element stride does too.
+fn tensor_core_operands(
+    b: &Binder,
+    fa: &FaArgs,
+    [tq, tk, tv]: [&TensorType; 3],
+    align: u64,
+) -> bool {
     let [q, k, v, mask, _] = &fa.ops;
-    let rows_ok = |o: &Operand| o.nb[0] == 2 && rows_aligned(o, 4) && o.nb[1] <= u32::MAX as u64;
-    let ok = super::mul_mv::mma_wanted(&b.device)
+    let rows_ok =
+        |o: &Operand| o.nb[0] == 2 && rows_aligned(o, align) && o.nb[1] <= u32::MAX as u64;
+    super::mul_mv::mma_wanted(&b.device)
         && tq.dtype == GgmlType::F32
         && tk.dtype == GgmlType::F16
         && tv.dtype == GgmlType::F16
@@ -529,8 +565,44 @@ fn gqa_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Optio
         && rows_ok(k)
         && rows_ok(v)
         && (!fa.has_mask || mask.nb[0] <= u32::MAX as u64)
-        && tk.ne[1] >= config::get().fa_gqa_min_kv as i64;
-    ok.then(|| gqa_ratio(tq, tk)).flatten()
+}
+
+/// Columns of `kernel_fa_gqa_cols_*` (fa_gqa.cl): one m16n8k16 tile's n.
+const COLS: i64 = 8;
+/// Keys one step of its four warps takes (16 a warp).
+const COLS_STEP: i64 = 64;
+
+/// Query heads a KV head where the long-cache GQA kernel on tensor cores
+/// (`kernel_fa_gqa_cols_*`) takes the node: `POLYCL_FA_LONG_COLS`, a cache
+/// the long-cache kernel would take (`POLYCL_FA_LONG_KV`), 2 to 8 query
+/// heads a KV head, and the operands both tensor-core kernels take with
+/// 16-byte aligned K and V rows (a lane loads 16 bytes at once).
+fn cols_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
+    let cfg = config::get();
+    let ok = cfg.fa_long_cols
+        && cfg.fa_long_kv > 0
+        && tk.ne[1] >= cfg.fa_long_kv as i64
+        && !crate::runtime::step::wanted()
+        && tensor_core_operands(b, fa, [tq, tk, tv], 16);
+    let ratio = heads_per_kv(tq, tk)?;
+    (ok && (2..=COLS).contains(&ratio)).then_some(ratio)
+}
+
+/// The cols kernel's work-groups along the queries: 8 / G queries each.
+fn cols_query_groups(q: &TensorType, ratio: i64) -> i64 {
+    (q.ne[1].max(1) as u64).div_ceil((COLS / ratio) as u64) as i64
+}
+
+/// The cols kernel's chunk: `groups` work-groups over its (query group, KV
+/// head) rows, a multiple of its step. Below the vector kernels' 256
+/// positions where that many groups want it (`partial_bytes` counts its
+/// chunks): with them a 768-position cache was 12 groups on the H100, which
+/// decoded the 1B 13% slower than the long kernel (docs/perf.md step 78).
+fn cols_chunk(q: &TensorType, k: &TensorType, ratio: i64, groups: i64) -> i64 {
+    let rows = (cols_query_groups(q, ratio) * k.ne[2] * q.ne[3].max(1)).max(1);
+    let per_row = (groups / rows).max(1);
+    let len = (k.ne[1].max(1) as u64).div_ceil(per_row as u64);
+    len.div_ceil(COLS_STEP as u64) as i64 * COLS_STEP
 }
 
 /// Whether every row of `o` (its offset and each stride past the first)
@@ -660,16 +732,19 @@ mod tests {
         TensorType::contiguous(dtype, ne)
     }
 
-    /// The partial-state scratch holds every chunk state either kernel
-    /// family writes: the GQA kernel's chunks are sized for its groups of a
-    /// KV head's rows, so its chunk count can exceed the vector kernels'
-    /// (step 39's first build overran the scratch that way).
+    /// The partial-state scratch holds every chunk state any kernel family
+    /// writes: the GQA kernel's chunks are sized for its groups of a KV
+    /// head's rows, so its chunk count can exceed the vector kernels' (step
+    /// 39's first build overran the scratch that way), and the cols kernel's
+    /// for its share of the device's groups.
     #[test]
-    fn partial_states_fit_both_kernel_families() {
+    fn partial_states_fit_every_kernel_family() {
         for (n_q, n_head, n_head_kv, n_kv, d) in [
             (1, 32, 4, 16384, 64),
             (1, 32, 4, 256, 64),
+            (1, 32, 4, 768, 64),
             (3, 32, 8, 1024, 128),
+            (3, 24, 8, 4096, 64),
             (8, 12, 1, 113, 128),
             (1, 16, 16, 4096, 128),
         ] {
@@ -678,20 +753,25 @@ mod tests {
             let v = k.clone();
             let per_chunk = (n_q * n_head * state_floats(d) * 4) as u64;
             let vec_chunks = chunks(&q, &k) as u64;
-            assert!(partial_bytes(&q, &k, &v) >= vec_chunks * per_chunk);
-            for (groups, heads) in [1, 264, 396, 100_000]
-                .into_iter()
-                .flat_map(|g| [(g, 1), (g, 2), (g, 4)])
-            {
-                let lc = long_chunk(&q, &k, groups, heads);
-                assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
-                assert!(partial_bytes(&q, &k, &v) >= chunk_count(&k, lc) as u64 * per_chunk);
+            for groups in [1, 264, 396, 100_000] {
+                let bytes = partial_bytes(&q, &k, &v, groups);
+                assert!(bytes >= vec_chunks * per_chunk);
+                for heads in [1, 2, 4] {
+                    let lc = long_chunk(&q, &k, groups, heads);
+                    assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
+                    assert!(bytes >= chunk_count(&k, lc) as u64 * per_chunk);
+                }
+                if let Some(ratio) = heads_per_kv(&q, &k).filter(|r| (2..=COLS).contains(r)) {
+                    let cc = cols_chunk(&q, &k, ratio, groups);
+                    assert!(cc >= COLS_STEP && cc % COLS_STEP == 0);
+                    assert!(bytes >= chunk_count(&k, cc) as u64 * per_chunk);
+                }
             }
             if let Some(ratio) = gqa_ratio(&q, &k) {
                 let c = gqa_chunk(&q, &k, ratio);
                 assert!((GQA_MIN_CHUNK..=MAX_CHUNK).contains(&c) && c.count_ones() == 1);
                 let gqa_chunks = (n_kv as u64).div_ceil(c as u64);
-                assert!(partial_bytes(&q, &k, &v) >= gqa_chunks * per_chunk);
+                assert!(partial_bytes(&q, &k, &v, 1) >= gqa_chunks * per_chunk);
             } else {
                 assert!(n_head == n_head_kv || n_head / n_head_kv > GQA_ROWS);
             }

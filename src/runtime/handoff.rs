@@ -53,8 +53,9 @@ pub const DEFINE: &str = "-DPOLYCL_HANDOFF=1";
 pub const VARIANT: &str = "+handoff";
 
 /// The packed kernels (program.rs `PACKED`) that may not be chained: their
-/// groups do not all reach `PK_END`, or their programs have no hand-off
-/// variant (`variant_of`).
+/// groups do not all reach `PK_END`, their programs have no hand-off variant
+/// (`variant_of`), or, the tensor-core GQA kernel, they were never measured
+/// chained (its PK_END serves the group trace).
 pub const NOT_CHAINED: &[&str] = &[
     "kernel_fused_rms_norm",
     "kernel_fused_rms_norm_wide",
@@ -111,6 +112,8 @@ pub fn build_defines(target: &BuildTarget, config: &crate::config::Config) -> St
 fn variant_of(name: &str) -> &'static str {
     if name.starts_with("kernel_mul_mv_group_rope_") {
         "group_rope+handoff"
+    } else if name.starts_with("kernel_fa_gqa_") {
+        "fa_gqa+handoff"
     } else if name.starts_with("kernel_fa_") {
         "fa_split+handoff"
     } else {

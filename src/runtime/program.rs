@@ -188,6 +188,8 @@ pub const PACKED: &[&str] = &[
     "kernel_fa_long_gqa2_d64",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
+    "kernel_fa_gqa_cols_d64",
+    "kernel_fa_gqa_cols_d128",
 ];
 
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2";
