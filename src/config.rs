@@ -26,6 +26,7 @@
 //! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel splits a graph's cache into (chunks a multiple of 128 positions; default 3 a compute unit, one wave of its 168-register groups on the H200): a tuning knob |
 //! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 1, a head a group, every K/V row read once a head (from L2 after the first: on the H100 the 1B decoded 583 tokens/s at 4096 cached positions with 1, 568 with 2, 537 with 4, docs/perf.md step 76): a tuning knob |
 //! | `POLYCL_FA_LONG_COLS` | `0` or `1` | decode flash attention on GPUs with tensor cores: `1`: where the long-cache kernel would take a cache whose query heads share KV heads, 2 to 8 of them, at head size 64 or 128, the tensor-core kernel with a KV head's query heads as its tile's columns takes it instead (`kernel_fa_gqa_cols_*`: each K/V row read once for all of them; split by `POLYCL_FA_LONG_GROUPS`); `0` (default): the long-cache kernel keeps them (on the H100 the cols kernel's key loop read the 1B's cache at 16384 positions in ~5 us a layer, but its merge of the chunks took ~25 us more, docs/perf.md step 78): a tuning knob |
+//! | `POLYCL_FA_ONE_FENCE` | `0` or `1` | decode flash attention split into chunks: `1`: each work-group publishes its chunk's state with one device fence, its first work-item's after the group barrier (the form of CUDA's grid sync), instead of one a work-item (`0`, default); built for a GPU measurement that has not run yet: on the H100 a chunk's publish took ~9 us a group in the cols kernel's trace (docs/perf.md step 78) |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
 //! | `POLYCL_ATTN_OH` | `0` or `1` | `1`: where one work-group a head takes a decode step's whole cache and the O projection after it is a Q4_0 or Q8_0 MulMatAddNorm, one launch does both by heads (`kernels/attn_oh.cl`, `plan/attn_o.rs`): each head's groups multiply its output by its columns of W_o and add into the row in 64-bit fixed point, and the last group does the epilogue; with it, one group a head also takes caches of two steps (256 positions at head sizes up to 128); `0` (default): two launches (on the H200 the launch by heads made the 1B's GPU span 55-78 us a token longer and the 7B's ~255 us, docs/perf.md step 59) |
 //! | `POLYCL_ATTN_OH_SPLIT` | 1 to 8 | with `POLYCL_ATTN_OH`: work-groups a head, each taking its share of W_o's rows (default: the device's compute units over the heads, 1 to 8): a tuning knob |
@@ -103,6 +104,9 @@ pub struct Config {
     /// columns (`POLYCL_FA_LONG_COLS`, default off: its merge made it slower
     /// than the long-cache kernel on the H100, docs/perf.md step 78).
     pub fa_long_cols: bool,
+    /// One device fence a group where the split attention publishes a
+    /// chunk (`POLYCL_FA_ONE_FENCE`, default off: not yet measured).
+    pub fa_one_fence: bool,
     /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
     /// Attention and O projection in one launch by heads (`POLYCL_ATTN_OH`,
@@ -382,6 +386,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_long_groups: None,
         fa_long_heads: 1,
         fa_long_cols: false,
+        fa_one_fence: false,
         attn_o: false,
         attn_oh: false,
         attn_oh_split: None,
@@ -630,6 +635,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         }
     }
     c.fa_long_cols = off_unless_one(get, "POLYCL_FA_LONG_COLS", &mut c.problems);
+    c.fa_one_fence = off_unless_one(get, "POLYCL_FA_ONE_FENCE", &mut c.problems);
     c.attn_o = off_unless_one(get, "POLYCL_ATTN_O", &mut c.problems);
     c.attn_oh = off_unless_one(get, "POLYCL_ATTN_OH", &mut c.problems);
     if let Some(v) = get("POLYCL_ATTN_OH_SPLIT") {
@@ -1113,6 +1119,8 @@ mod tests {
         let c = with(&[("POLYCL_FA_LONG_COLS", "yes")]);
         assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_LONG_COLS"));
         assert!(!c.fa_long_cols);
+        assert!(!with(&[]).fa_one_fence);
+        assert!(with(&[("POLYCL_FA_ONE_FENCE", "1")]).fa_one_fence);
     }
 
     #[test]

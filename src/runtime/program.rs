@@ -268,6 +268,13 @@ pub fn build_options(
     extra: &str,
 ) -> String {
     let unrolls = matvec_defines(config, source);
+    // The split attention's publish (fa_split.cl), for every program that
+    // holds it, and only where asked, so the default builds stay cached.
+    let fence = if config.fa_one_fence && source.contains("FA_ONE_FENCE") {
+        " -DFA_ONE_FENCE=1"
+    } else {
+        ""
+    };
     // Settings of one program (the mma tile's shape, the GLU's warps, the
     // attention + O kernels' register cap) only for that program, so that
     // sweeping one leaves the other programs' cached binaries (keyed by
@@ -282,9 +289,9 @@ pub fn build_options(
         _ => String::new(),
     };
     if target.nvidia_ptx() {
-        format!("{BUILD_OPTIONS} {unrolls} {own} -DPOLYCL_NVIDIA=1 {extra}")
+        format!("{BUILD_OPTIONS} {unrolls}{fence} {own} -DPOLYCL_NVIDIA=1 {extra}")
     } else {
-        format!("{BUILD_OPTIONS} {unrolls} {own} {extra}")
+        format!("{BUILD_OPTIONS} {unrolls}{fence} {own} {extra}")
     }
 }
 
@@ -485,5 +492,22 @@ mod tests {
         let w = matvec_defines(&words, &joined("mul_mv"));
         assert!(w.contains("-DMV_UNROLL=4") && w.contains("-DMV_UNROLL_Q4_0=2"));
         assert!(!w.contains("MV_PAIRS"));
+    }
+
+    #[test]
+    fn the_one_fence_define_goes_only_to_the_split_attention_and_only_when_asked() {
+        let target = BuildTarget::sm_90();
+        let defaults = crate::config::parse(&|_| None);
+        let asked = crate::config::parse(&|k| (k == "POLYCL_FA_ONE_FENCE").then(|| "1".into()));
+        for (name, _) in PROGRAMS {
+            let source = joined(name);
+            assert!(!build_options(&target, &defaults, name, &source, "").contains("FA_ONE_FENCE"));
+            let with = build_options(&target, &asked, name, &source, "");
+            let holds_publish = source.contains("fa_publish_merge_rows");
+            assert_eq!(with.contains("-DFA_ONE_FENCE=1"), holds_publish, "{name}");
+        }
+        for name in ["fa_split", "fa_gqa", "attn_o", "attn_oh"] {
+            assert!(joined(name).contains("fa_publish_merge_rows"), "{name}");
+        }
     }
 }

@@ -36,6 +36,11 @@
 // step 41).
 #define FA_MERGE_BATCH 8
 #define FA_MERGE_BATCH_WIDE 16
+// 1: a group publishes its chunk with one device fence instead of one a
+// work-item (fa_publish_merge_rows; a build option, POLYCL_FA_ONE_FENCE).
+#ifndef FA_ONE_FENCE
+#define FA_ONE_FENCE 0
+#endif
 // A chunk's partial state: M, S, two unused floats, then the accumulator
 // (FA_ACC floats in, so that it is 16-byte aligned and the merge takes four
 // elements a load), padded to a multiple of 4 floats; the host's
@@ -193,14 +198,26 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
     // uniform over the group. A lone chunk is its own last group: it needs
     // its partial state visible to itself only, not the device-wide fence and
     // the counter's round trip.
+    // With FA_ONE_FENCE (POLYCL_FA_ONE_FENCE) the group's first work-item
+    // alone fences, after the barrier that orders the others' stores before
+    // it (PTX's fences are cumulative): CUDA's grid sync, and the hand-off's
+    // arrival, take that form. Without it every work-item fences.
     volatile __global uint *ctr = (volatile __global uint *)(cnt + cnt_off / 4 + row0);
-    if (n_chunks > 1) device_fence();
+    if (!FA_ONE_FENCE && n_chunks > 1) device_fence();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (l == 0) *last = n_chunks == 1 || atomic_inc(ctr) == (uint)(n_chunks - 1);
+    if (l == 0) {
+        int is_last = 1;
+        if (n_chunks > 1) {
+            if (FA_ONE_FENCE) device_fence();
+            is_last = atomic_inc(ctr) == (uint)(n_chunks - 1);
+            if (FA_ONE_FENCE && is_last) device_fence();
+        }
+        *last = is_last;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int merge = *last;
     if (merge) {
-        if (n_chunks > 1) device_fence();
+        if (!FA_ONE_FENCE && n_chunks > 1) device_fence();
         // Every row's elements at once, W a work-item (fa_merge_elems), so
         // rows add no round trips; a merging group of the GQA kernel holds
         // up to 16 rows.
