@@ -275,16 +275,16 @@ pub fn lower_split(
         (None, None, None, None) => one_kernel(b, tk, tv, &k, &v),
         _ => None,
     };
-    let chunk_len = match (gqa, short, one, long) {
-        _ if let Some(r) = cols => cols_chunk(tq, tk, r, long_groups(&b.device)?),
-        (Some(r), _, _, _) => gqa_chunk(tq, tk, r),
-        (None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
-        (None, None, Some(_), _) => tk.ne[1].max(1),
-        (None, None, None, Some((_, heads))) => long_chunk(tq, tk, long_groups(&b.device)?, heads),
-        (None, None, None, None) => chunk(tq, tk),
+    let groups = long_groups(&b.device)?;
+    let chunk_len = match (cols, gqa, short, one, long) {
+        (Some(r), ..) => cols_chunk(tq, tk, r, groups),
+        (None, Some(r), ..) => gqa_chunk(tq, tk, r),
+        (None, None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
+        (None, None, None, Some(_), _) => tk.ne[1].max(1),
+        (None, None, None, None, Some((_, heads))) => long_chunk(tq, tk, groups, heads),
+        (None, None, None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
-    let groups = long_groups(&b.device)?;
     if counter_bytes(tq) > counters || part_off + partial_bytes(tq, tk, tv, groups) > size as u64 {
         return Ok(false);
     }
