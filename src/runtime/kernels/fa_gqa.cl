@@ -286,6 +286,10 @@ FG_KERNEL(kernel_fa_gqa_d128, 128, 0)
 // the next one). Q takes K's order; P^T comes from the score fragment by four
 // shuffles. The mask values of a tile are loaded with its K and V.
 //
+// Off unless POLYCL_FA_LONG_COLS=1: on the H100 its key loop covered the
+// 1B's 16384-position cache in a ~5 us span, but the chunks' publish and
+// merge after it made the launch slower than the long-cache kernel's.
+//
 // global {128, ceil(n_q / (8 / G)) * n_chunks, n_head_kv * ne3}, local
 // {128, 1, 1}; chunks a multiple of 64 keys.
 
