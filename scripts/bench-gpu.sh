@@ -534,7 +534,7 @@ fa_check() { # polycl's flash-attention kernels on this GPU against ggml's CPU b
   # FLASH_ATTN_EXT under each of FA_ENVS ('|'-separated lists of VAR=value; default: the plan's
   # own choice, then the long-cache kernels in place of the tensor-core GQA one from 512
   # positions, 4, 2 and 1 (the default) query heads a group, then the cols kernel in place of
-  # the long-cache one, POLYCL_FA_LONG_COLS=1), each restricted to the cases
+  # the long-cache one from 512 positions, POLYCL_FA_COLS_KV=512), each restricted to the cases
   # FA_PATTERN matches (test-backend-ops -p; default all)
   local e log=$W/fa-ops.log
   vendor_src
@@ -548,7 +548,7 @@ fa_check() { # polycl's flash-attention kernels on this GPU against ggml's CPU b
   (cd "$W/ctest" && ctest -R 'fa_head_masks|graph_on_polycl0' --output-on-failure 2>&1 |
     grep -E 'Test +#|tests passed|FAIL|NMSE|missing' | head -n 40)
   local long="POLYCL_FA_GQA_MIN_KV=2147483647 POLYCL_FA_LONG_KV=512"
-  IFS='|' read -ra envs <<< "${FA_ENVS:- |$long POLYCL_FA_LONG_HEADS=4|$long POLYCL_FA_LONG_HEADS=2|$long|POLYCL_FA_LONG_COLS=1}"
+  IFS='|' read -ra envs <<< "${FA_ENVS:- |$long POLYCL_FA_LONG_HEADS=4|$long POLYCL_FA_LONG_HEADS=2|$long|POLYCL_FA_COLS_KV=512}"
   for e in "${envs[@]}"; do
     # shellcheck disable=SC2086 # e is a list of assignments
     env GGML_BACKEND_PATH="$LIB" POLYCL_LOG=1 $e timeout 300 "$BIN/test-backend-ops" -b POLYCL0 \

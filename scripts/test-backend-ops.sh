@@ -39,9 +39,9 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     filter=()
     [[ $run == FLASH_ATTN_EXT:mma ]] && filter=(-p "kv=(113|512|1024),nb=(1|3|32|75),")
     # "cols": the decode shapes from 512 positions, where the tensor-core kernel with a KV
-    # head's query heads as its tile's columns (POLYCL_FA_LONG_COLS=1, off by default) takes
-    # the caches with 4 query heads a KV head, the others the long-cache kernel; every group
-    # publishes its chunk with one fence (POLYCL_FA_ONE_FENCE=1, off by default).
+    # head's query heads as its tile's columns (from 512 positions here, POLYCL_FA_COLS_KV;
+    # from 16384 by default) takes the caches with 1 or 4 query heads a KV head, the
+    # long-cache kernel those with 12.
     [[ $run == FLASH_ATTN_EXT:cols ]] && filter=(-p "kv=(512|1024),nb=(1|3),")
     # "onechunk": the decode shapes with the cache split as little as the
     # split kernel allows (POLYCL_FA_GROUPS=1), so every head of up to 256
@@ -52,7 +52,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     case $run in
       MUL_MAT:mma) want="kernel_mul_mm_mma_q4_0 kernel_mul_mm_mma_q8_0 kernel_mul_mm_mma_q4_k kernel_mul_mm_mma_q6_k" ;;
       FLASH_ATTN_EXT:mma) want="kernel_fa_mma_d64 kernel_fa_mma_d128 kernel_fa_gqa_d64 kernel_fa_gqa_d128" ;;
-      FLASH_ATTN_EXT:cols) want="kernel_fa_gqa_cols_d64 kernel_fa_gqa_cols_d128 kernel_fa_long_d64 kernel_fa_long_d128" ;;
+      FLASH_ATTN_EXT:cols) want="kernel_fa_gqa_cols_d64 kernel_fa_gqa_cols_d128 kernel_fa_long_gqa2_d128" ;;
       # With POLYCL_ATTN_O=1 (below) caches of up to 256 positions (POLYCL_FA_SHORT_KV) take the
       # short kernel that the attention + O pair runs; longer ones at head sizes 64 and 128
       # the long-cache kernel (POLYCL_FA_LONG_KV=512 below; POLYCL_FA_LONG_GROUPS=64 splits
@@ -75,14 +75,15 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
     # cache length, the shortest ones too (which it leaves to the vector
     # kernel by default), and in the mma run the longest too, which the
     # long-cache kernel takes before it elsewhere (from 512 positions, the
-    # default; POLYCL_FA_LONG_KV=0 here).
+    # default; POLYCL_FA_LONG_KV=0 here). The mma run publishes the split's chunks with a
+    # device fence a work-item (POLYCL_FA_ONE_FENCE=0), the others with one a group (default).
     long_kv=$([[ $kind == mma ]] && echo 0 || echo 512)
     POLYCL_FAST_KERNELS=1 POLYCL_MMA=$([[ $kind == mma || $kind == cols ]] && echo 1 || echo 0) \
       POLYCL_FA_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 256) POLYCL_FA_GQA_MIN_KV=0 \
       POLYCL_LOG=$([[ -n $want ]] && echo 1 || echo 0) \
       POLYCL_ATTN_O=$([[ $run == FLASH_ATTN_EXT:fast ]] && echo 1 || echo 0) \
-      POLYCL_FA_LONG_KV=$long_kv POLYCL_FA_LONG_COLS=$([[ $kind == cols ]] && echo 1 || echo 0) \
-      POLYCL_FA_ONE_FENCE=$([[ $kind == cols ]] && echo 1 || echo 0) \
+      POLYCL_FA_LONG_KV=$long_kv POLYCL_FA_COLS_KV=$([[ $kind == cols ]] && echo 512 || echo 0) \
+      POLYCL_FA_ONE_FENCE=$([[ $kind == mma ]] && echo 0 || echo 1) \
       POLYCL_FA_LONG_GROUPS=$([[ $kind == onechunk ]] && echo 1 || echo 64) \
       POLYCL_FA_LONG_HEADS=$([[ $kind == onechunk ]] && echo 2 || echo 4) \
       POLYCL_BUFFER_ADDRESSES=$([[ $kind == onechunk ]] && echo 0 || echo 1) \

@@ -23,10 +23,10 @@
 //! | `POLYCL_FA_GQA_MIN_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it: llama pads to 256) that the grouped-query tensor-core kernel takes where it applies and the long-cache kernel does not (from `POLYCL_FA_LONG_KV`); shorter ones go to the vector kernel (default 512: on the H200 the 1B's attention at 256 positions took 12.8 us a layer with the vector kernel, 17.0 with the GQA kernel, docs/perf.md step 42; at 4096, 29.2 and 25.1, step 41): a tuning knob |
 //! | `POLYCL_FA_ONE_KV` | 0 to 2147483647 | decode flash attention: the longest KV cache (positions, as the graph holds it) that one 512-wide work-group a query head takes whole (`kernel_fa_one_*`: no partial states, counter or merge), where that is one step of its loads (256 positions at head sizes up to 64, 128 up to 128; two steps with `POLYCL_ATTN_OH`), the vector kernels apply and neither the GQA kernel nor the attention + O pair takes the node (default 256, llama's shortest padded cache; 0: never; on the H200 the 1B's GPU span a token ~1% shorter, docs/perf.md step 52) |
 //! | `POLYCL_FA_LONG_KV` | 0 to 2147483647 | decode flash attention: the shortest KV cache (positions, as the graph holds it) that the long-cache kernel takes (`kernel_fa_long_*`: 8 lanes a key with 16-byte loads and one exponential a lane a step, llama.cpp's CUDA shape; `kernel_fa_long_gqa*`: up to 4 query heads of a KV head a group, `POLYCL_FA_LONG_HEADS`), where the vector or the tensor-core GQA kernels would and K/V rows are 16-byte aligned with DK = DV of 64 or 128 (default 512: on the H200 the 7B Q4_0 at depth 1024 decoded ~10% faster with it, at 256 and 512 positions no faster, docs/perf.md step 74; on the H100 the 1B, 8 query heads a KV head, 24% faster at 4096 than with the GQA kernel, step 76, and 20-24% at 512 and 768, step 77; at 256 no faster, so those stay with the vector and whole-cache kernels; 0: never): a tuning knob |
-//! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel splits a graph's cache into (chunks a multiple of 128 positions; default 3 a compute unit, one wave of its 168-register groups on the H200): a tuning knob |
+//! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel and the cols kernel (`POLYCL_FA_COLS_KV`) split a graph's cache into (chunks a multiple of 128 and 64 positions; default 3 a compute unit for the long-cache kernel, one wave of its 168-register groups on the H200, and 2 for the cols kernel, one wave of its ~210-register groups): a tuning knob |
 //! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 1, a head a group, every K/V row read once a head (from L2 after the first: on the H100 the 1B decoded 583 tokens/s at 4096 cached positions with 1, 568 with 2, 537 with 4, docs/perf.md step 76): a tuning knob |
-//! | `POLYCL_FA_LONG_COLS` | `0` or `1` | decode flash attention on GPUs with tensor cores: `1`: where the long-cache kernel would take a cache whose query heads share KV heads, 2 to 8 of them, at head size 64 or 128, the tensor-core kernel with a KV head's query heads as its tile's columns takes it instead (`kernel_fa_gqa_cols_*`: each K/V row read once for all of them; split by `POLYCL_FA_LONG_GROUPS`); `0` (default): the long-cache kernel keeps them (on the H100 the cols kernel's key loop read the 1B's cache at 16384 positions in ~5 us a layer, but its merge of the chunks took ~25 us more, docs/perf.md step 78): a tuning knob |
-//! | `POLYCL_FA_ONE_FENCE` | `0` or `1` | decode flash attention split into chunks: `1`: each work-group publishes its chunk's state with one device fence, its first work-item's after the group barrier (the form of CUDA's grid sync), instead of one a work-item (`0`, default); built for a GPU measurement that has not run yet: on the H100 a chunk's publish took ~9 us a group in the cols kernel's trace (docs/perf.md step 78) |
+//! | `POLYCL_FA_COLS_KV` | 0 to 2147483647 | decode flash attention on GPUs with tensor cores: the shortest KV cache (positions, as the graph holds it) that the tensor-core kernel with a KV head's query heads as its tile's columns takes (`kernel_fa_gqa_cols_*`: 1 to 8 query heads a KV head at head size 64 or 128, each K/V row read once for all of them with 16-byte loads), before the long-cache kernel (default 16384: on the H100 the 7B Q4_0 and the 1B decoded ~4% faster with it there; at 4096 cached positions the 7B the same, the 1B 6% slower, docs/perf.md step 79; 0: never): a tuning knob |
+//! | `POLYCL_FA_ONE_FENCE` | `0` or `1` | decode flash attention split into chunks: `1` (default): each work-group publishes its chunk's state with one device fence, its first work-item's after the group barrier (the form of CUDA's grid sync); `0`: one a work-item. On the H100 the 7B Q4_0 decoded 1.0% faster with one, the 7B Q8_0 and the 1B the same (docs/perf.md step 79) |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
 //! | `POLYCL_ATTN_OH` | `0` or `1` | `1`: where one work-group a head takes a decode step's whole cache and the O projection after it is a Q4_0 or Q8_0 MulMatAddNorm, one launch does both by heads (`kernels/attn_oh.cl`, `plan/attn_o.rs`): each head's groups multiply its output by its columns of W_o and add into the row in 64-bit fixed point, and the last group does the epilogue; with it, one group a head also takes caches of two steps (256 positions at head sizes up to 128); `0` (default): two launches (on the H200 the launch by heads made the 1B's GPU span 55-78 us a token longer and the 7B's ~255 us, docs/perf.md step 59) |
 //! | `POLYCL_ATTN_OH_SPLIT` | 1 to 8 | with `POLYCL_ATTN_OH`: work-groups a head, each taking its share of W_o's rows (default: the device's compute units over the heads, 1 to 8): a tuning knob |
@@ -100,12 +100,12 @@ pub struct Config {
     /// decoded fastest with one, its KV heads' rows read again from L2,
     /// docs/perf.md step 76).
     pub fa_long_heads: u32,
-    /// Long GQA caches on tensor cores, the query heads as the tile's
-    /// columns (`POLYCL_FA_LONG_COLS`, default off: its merge made it slower
-    /// than the long-cache kernel on the H100, docs/perf.md step 78).
-    pub fa_long_cols: bool,
+    /// The shortest cache that the tensor-core kernel with a KV head's query
+    /// heads as its tile's columns takes (`POLYCL_FA_COLS_KV`, 0: never).
+    pub fa_cols_kv: u32,
     /// One device fence a group where the split attention publishes a
-    /// chunk (`POLYCL_FA_ONE_FENCE`, default off: not yet measured).
+    /// chunk (`POLYCL_FA_ONE_FENCE`, default on: the 7B Q4_0 decoded 1.0%
+    /// faster on the H100, docs/perf.md step 79).
     pub fa_one_fence: bool,
     /// Attention and O projection in one launch (`POLYCL_ATTN_O`, default off).
     pub attn_o: bool,
@@ -336,12 +336,27 @@ fn off_unless_one(
     name: &str,
     problems: &mut Vec<String>,
 ) -> bool {
+    switch(get, name, false, problems)
+}
+
+/// `0` or `1` in `name`, or `default` where it is unset or bad (with a
+/// problem saying so).
+fn switch(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: bool,
+    problems: &mut Vec<String>,
+) -> bool {
     match get(name).as_deref().map(str::trim) {
-        None | Some("0") => false,
+        None => default,
+        Some("0") => false,
         Some("1") => true,
         Some(v) => {
-            problems.push(format!("{name}={v:?}: expected 0 or 1; using 0"));
-            false
+            problems.push(format!(
+                "{name}={v:?}: expected 0 or 1; using {}",
+                u8::from(default)
+            ));
+            default
         }
     }
 }
@@ -385,8 +400,8 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_long_kv: 512,
         fa_long_groups: None,
         fa_long_heads: 1,
-        fa_long_cols: false,
-        fa_one_fence: false,
+        fa_cols_kv: 16384,
+        fa_one_fence: true,
         attn_o: false,
         attn_oh: false,
         attn_oh_split: None,
@@ -634,8 +649,8 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             )),
         }
     }
-    c.fa_long_cols = off_unless_one(get, "POLYCL_FA_LONG_COLS", &mut c.problems);
-    c.fa_one_fence = off_unless_one(get, "POLYCL_FA_ONE_FENCE", &mut c.problems);
+    c.fa_cols_kv = positions(get, "POLYCL_FA_COLS_KV", c.fa_cols_kv, &mut c.problems);
+    c.fa_one_fence = switch(get, "POLYCL_FA_ONE_FENCE", true, &mut c.problems);
     c.attn_o = off_unless_one(get, "POLYCL_ATTN_O", &mut c.problems);
     c.attn_oh = off_unless_one(get, "POLYCL_ATTN_OH", &mut c.problems);
     if let Some(v) = get("POLYCL_ATTN_OH_SPLIT") {
@@ -1113,14 +1128,16 @@ mod tests {
             assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_LONG_HEADS"));
             assert_eq!(c.fa_long_heads, 1);
         }
-        assert!(!with(&[]).fa_long_cols);
-        assert!(!with(&[("POLYCL_FA_LONG_COLS", "0")]).fa_long_cols);
-        assert!(with(&[("POLYCL_FA_LONG_COLS", "1")]).fa_long_cols);
-        let c = with(&[("POLYCL_FA_LONG_COLS", "yes")]);
-        assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_LONG_COLS"));
-        assert!(!c.fa_long_cols);
-        assert!(!with(&[]).fa_one_fence);
+        assert_eq!(with(&[]).fa_cols_kv, 16384);
+        assert_eq!(with(&[("POLYCL_FA_COLS_KV", "0")]).fa_cols_kv, 0);
+        let c = with(&[("POLYCL_FA_COLS_KV", "yes")]);
+        assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_COLS_KV"));
+        assert_eq!(c.fa_cols_kv, 16384);
+        assert!(with(&[]).fa_one_fence);
         assert!(with(&[("POLYCL_FA_ONE_FENCE", "1")]).fa_one_fence);
+        assert!(!with(&[("POLYCL_FA_ONE_FENCE", "0")]).fa_one_fence);
+        let c = with(&[("POLYCL_FA_ONE_FENCE", "2")]);
+        assert!(c.fa_one_fence && c.problems[0].contains("using 1"));
     }
 
     #[test]

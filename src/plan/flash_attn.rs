@@ -78,12 +78,35 @@ const FL_WG: i64 = 128;
 /// merge's round trips, so one wave of them is the split it needs.
 const LONG_GROUPS_PER_CU: i64 = 3;
 
-/// Work-groups the long-cache kernel splits a graph's cache into:
-/// `POLYCL_FA_LONG_GROUPS`, or LONG_GROUPS_PER_CU a compute unit.
-fn long_groups(device: &Device) -> Result<i64> {
+/// Work-groups a compute unit that the cols kernel's default split makes:
+/// its ~210 registers (clang's sm_90 build) hold two 128-wide groups a
+/// compute unit, and three a unit were two waves (on the H100 the 7B's
+/// attention at 16384 positions spanned 113 us a layer so, 97 with two,
+/// docs/perf.md step 79).
+const COLS_GROUPS_PER_CU: i64 = 2;
+
+/// Work-groups the long-cache kernel and the cols kernel split a graph's
+/// cache into.
+#[derive(Clone, Copy, Debug)]
+struct SplitGroups {
+    long: i64,
+    cols: i64,
+}
+
+/// `POLYCL_FA_LONG_GROUPS` for both, or their own count a compute unit.
+fn split_groups(device: &Device) -> Result<SplitGroups> {
     Ok(match config::get().fa_long_groups {
-        Some(n) => n as i64,
-        None => device.cl.max_compute_units().cl("clGetDeviceInfo")? as i64 * LONG_GROUPS_PER_CU,
+        Some(n) => SplitGroups {
+            long: n as i64,
+            cols: n as i64,
+        },
+        None => {
+            let units = device.cl.max_compute_units().cl("clGetDeviceInfo")? as i64;
+            SplitGroups {
+                long: units * LONG_GROUPS_PER_CU,
+                cols: units * COLS_GROUPS_PER_CU,
+            }
+        }
     })
 }
 
@@ -148,12 +171,12 @@ fn counter_bytes(q: &TensorType) -> u64 {
 
 /// Partial states of every kernel family: a chunk count's worth per
 /// (query, head), the most of the vector kernels', the GQA kernel's and the
-/// cols kernel's (split into `groups` work-groups, `long_groups`).
-fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType, groups: i64) -> u64 {
+/// cols kernel's (split into `groups.cols` work-groups).
+fn partial_bytes(q: &TensorType, k: &TensorType, v: &TensorType, groups: SplitGroups) -> u64 {
     let gqa = gqa_ratio(q, k).map_or(0, |r| chunk_count(k, gqa_chunk(q, k, r)));
     let cols = heads_per_kv(q, k)
-        .filter(|r| (2..=COLS).contains(r))
-        .map_or(0, |r| chunk_count(k, cols_chunk(q, k, r, groups)));
+        .filter(|r| (1..=COLS).contains(r))
+        .map_or(0, |r| chunk_count(k, cols_chunk(q, k, r, groups.cols)));
     let most = chunks(q, k).max(gqa).max(cols);
     (q.ne[1] * q.ne[2] * q.ne[3] * most * state_floats(v.ne[0]) * 4) as u64
 }
@@ -176,7 +199,7 @@ fn align(n: u64) -> u64 {
 fn layout(g: &Graph, device: &Device) -> (u64, u64) {
     // Without the device's figure no split node is lowered (lower_split
     // asks again and fails), so any count serves.
-    let groups = long_groups(device).unwrap_or(1);
+    let groups = split_groups(device).unwrap_or(SplitGroups { long: 1, cols: 1 });
     g.nodes
         .iter()
         .filter(|n| applies(g, n, fast(device)))
@@ -255,10 +278,11 @@ pub fn lower_split(
     // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
     // at 4096 cached positions with it against 472 (docs/perf.md step 76),
     // ~630 against ~525 at 512 and 768 (step 77).
-    // Where query heads share a KV head and POLYCL_FA_LONG_COLS asks, the
-    // tensor-core kernel with them as its tile's columns takes the long
-    // caches (off by default: slower than the long kernel on the H100 until
-    // its merge is faster, docs/perf.md step 78).
+    // From POLYCL_FA_COLS_KV the tensor-core kernel with a KV head's query
+    // heads as its tile's columns comes before both: on the H100 the 7B and
+    // the 1B decoded ~4% faster with it at 16384 cached positions; at 4096
+    // the 1B 6% slower, its 4 KV heads' caches cut into 64-key chunks whose
+    // merge costs more than their loop (docs/perf.md steps 78, 79).
     let cols = match short {
         Some(_) => None,
         None => cols_applies(b, fa, [tq, tk, tv]),
@@ -275,13 +299,13 @@ pub fn lower_split(
         (None, None, None, None) => one_kernel(b, tk, tv, &k, &v),
         _ => None,
     };
-    let groups = long_groups(&b.device)?;
+    let groups = split_groups(&b.device)?;
     let chunk_len = match (cols, gqa, short, one, long) {
-        (Some(r), ..) => cols_chunk(tq, tk, r, groups),
+        (Some(r), ..) => cols_chunk(tq, tk, r, groups.cols),
         (None, Some(r), ..) => gqa_chunk(tq, tk, r),
         (None, None, Some((_, step_keys)), _, _) => chunk_from(tq, tk, step_keys),
         (None, None, None, Some(_), _) => tk.ne[1].max(1),
-        (None, None, None, None, Some((_, heads))) => long_chunk(tq, tk, groups, heads),
+        (None, None, None, None, Some((_, heads))) => long_chunk(tq, tk, groups.long, heads),
         (None, None, None, None, None) => chunk(tq, tk),
     };
     let n_chunks = chunk_count(tk, chunk_len);
@@ -573,19 +597,20 @@ const COLS: i64 = 8;
 const COLS_STEP: i64 = 64;
 
 /// Query heads a KV head where the long-cache GQA kernel on tensor cores
-/// (`kernel_fa_gqa_cols_*`) takes the node: `POLYCL_FA_LONG_COLS`, a cache
-/// the long-cache kernel would take (`POLYCL_FA_LONG_KV`), 2 to 8 query
-/// heads a KV head, and the operands both tensor-core kernels take with
+/// (`kernel_fa_gqa_cols_*`) takes the node: a cache of at least
+/// `POLYCL_FA_COLS_KV` positions, 1 to 8 query heads a KV head (with 1, a group's columns are 8 queries, one at a
+/// decode step: its key loop reads K and V with 16-byte loads and a few
+/// mma instructions a tile, where the long kernel spends ~600 a lane a
+/// step), and the operands both tensor-core kernels take with
 /// 16-byte aligned K and V rows (a lane loads 16 bytes at once).
 fn cols_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
     let cfg = config::get();
-    let ok = cfg.fa_long_cols
-        && cfg.fa_long_kv > 0
-        && tk.ne[1] >= cfg.fa_long_kv as i64
+    let ok = cfg.fa_cols_kv > 0
+        && tk.ne[1] >= cfg.fa_cols_kv as i64
         && !crate::runtime::step::wanted()
         && tensor_core_operands(b, fa, [tq, tk, tv], 16);
     let ratio = heads_per_kv(tq, tk)?;
-    (ok && (2..=COLS).contains(&ratio)).then_some(ratio)
+    (ok && (1..=COLS).contains(&ratio)).then_some(ratio)
 }
 
 /// The cols kernel's work-groups along the queries: 8 / G queries each.
@@ -753,16 +778,16 @@ mod tests {
             let v = k.clone();
             let per_chunk = (n_q * n_head * state_floats(d) * 4) as u64;
             let vec_chunks = chunks(&q, &k) as u64;
-            for groups in [1, 264, 396, 100_000] {
-                let bytes = partial_bytes(&q, &k, &v, groups);
+            for (long, cols) in [(1, 1), (396, 264), (264, 396), (100_000, 100_000)] {
+                let bytes = partial_bytes(&q, &k, &v, SplitGroups { long, cols });
                 assert!(bytes >= vec_chunks * per_chunk);
                 for heads in [1, 2, 4] {
-                    let lc = long_chunk(&q, &k, groups, heads);
+                    let lc = long_chunk(&q, &k, long, heads);
                     assert!(lc >= chunk(&q, &k) && lc % FL_WG == 0);
                     assert!(bytes >= chunk_count(&k, lc) as u64 * per_chunk);
                 }
-                if let Some(ratio) = heads_per_kv(&q, &k).filter(|r| (2..=COLS).contains(r)) {
-                    let cc = cols_chunk(&q, &k, ratio, groups);
+                if let Some(ratio) = heads_per_kv(&q, &k).filter(|r| (1..=COLS).contains(r)) {
+                    let cc = cols_chunk(&q, &k, ratio, cols);
                     assert!(cc >= COLS_STEP && cc % COLS_STEP == 0);
                     assert!(bytes >= chunk_count(&k, cc) as u64 * per_chunk);
                 }
@@ -771,7 +796,8 @@ mod tests {
                 let c = gqa_chunk(&q, &k, ratio);
                 assert!((GQA_MIN_CHUNK..=MAX_CHUNK).contains(&c) && c.count_ones() == 1);
                 let gqa_chunks = (n_kv as u64).div_ceil(c as u64);
-                assert!(partial_bytes(&q, &k, &v, 1) >= gqa_chunks * per_chunk);
+                let one = SplitGroups { long: 1, cols: 1 };
+                assert!(partial_bytes(&q, &k, &v, one) >= gqa_chunks * per_chunk);
             } else {
                 assert!(n_head == n_head_kv || n_head / n_head_kv > GQA_ROWS);
             }

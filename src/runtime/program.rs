@@ -268,10 +268,11 @@ pub fn build_options(
     extra: &str,
 ) -> String {
     let unrolls = matvec_defines(config, source);
-    // The split attention's publish (fa_split.cl), for every program that
-    // holds it, and only where asked, so the default builds stay cached.
-    let fence = if config.fa_one_fence && source.contains("FA_ONE_FENCE") {
-        " -DFA_ONE_FENCE=1"
+    // The split attention's publish (fa_split.cl, one fence a group by
+    // default), for every program that holds it, and only where asked
+    // otherwise, so the default builds stay cached.
+    let fence = if !config.fa_one_fence && source.contains("FA_ONE_FENCE") {
+        " -DFA_ONE_FENCE=0"
     } else {
         ""
     };
@@ -495,16 +496,16 @@ mod tests {
     }
 
     #[test]
-    fn the_one_fence_define_goes_only_to_the_split_attention_and_only_when_asked() {
+    fn the_fence_define_goes_only_to_the_split_attention_and_only_when_asked() {
         let target = BuildTarget::sm_90();
         let defaults = crate::config::parse(&|_| None);
-        let asked = crate::config::parse(&|k| (k == "POLYCL_FA_ONE_FENCE").then(|| "1".into()));
+        let asked = crate::config::parse(&|k| (k == "POLYCL_FA_ONE_FENCE").then(|| "0".into()));
         for (name, _) in PROGRAMS {
             let source = joined(name);
             assert!(!build_options(&target, &defaults, name, &source, "").contains("FA_ONE_FENCE"));
             let with = build_options(&target, &asked, name, &source, "");
             let holds_publish = source.contains("fa_publish_merge_rows");
-            assert_eq!(with.contains("-DFA_ONE_FENCE=1"), holds_publish, "{name}");
+            assert_eq!(with.contains("-DFA_ONE_FENCE=0"), holds_publish, "{name}");
         }
         for name in ["fa_split", "fa_gqa", "attn_o", "attn_oh"] {
             assert!(joined(name).contains("fa_publish_merge_rows"), "{name}");

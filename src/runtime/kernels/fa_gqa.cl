@@ -3,7 +3,8 @@
 // FA_HELPERS_ONLY, + this file): the same inputs, scratch and output as
 // fa_split.cl's kernels, for head sizes D = DK = DV of 64 or 128, F16 K/V rows
 // of contiguous halves 4-byte aligned, and G = n_head / n_head_kv query heads
-// a KV head with 2 <= G <= 16 (plan/flash_attn.rs checks).
+// a KV head with 2 <= G <= 16 (1 <= G <= 8 for the cols kernel below;
+// plan/flash_attn.rs checks).
 //
 // Why: the vector kernels take one query head a work-group, so with G query
 // heads on a KV head every K and V row is read G times, and at a long cache
@@ -286,9 +287,13 @@ FG_KERNEL(kernel_fa_gqa_d128, 128, 0)
 // the next one). Q takes K's order; P^T comes from the score fragment by four
 // shuffles. The mask values of a tile are loaded with its K and V.
 //
-// Off unless POLYCL_FA_LONG_COLS=1: on the H100 its key loop covered the
-// 1B's 16384-position cache in a ~5 us span, but the chunks' publish and
-// merge after it made the launch slower than the long-cache kernel's.
+// With G = 1 (no GQA) a group's columns are 8 queries, one live at a decode
+// step: seven columns of every mma are waste, but the loop stays a few mma
+// a tile with 16-byte loads, where the long-cache kernel spends ~600
+// instructions a lane a step. Taken from POLYCL_FA_COLS_KV positions
+// (default 16384): on the H100 its key loop covered the 1B's 16384-position
+// cache in a ~5 us span, but the chunks' publish and merge after it cost
+// more than that loop at shorter caches (docs/perf.md steps 78, 79).
 //
 // global {128, ceil(n_q / (8 / G)) * n_chunks, n_head_kv * ne3}, local
 // {128, 1, 1}; chunks a multiple of 64 keys.

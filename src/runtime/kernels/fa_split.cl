@@ -37,9 +37,9 @@
 #define FA_MERGE_BATCH 8
 #define FA_MERGE_BATCH_WIDE 16
 // 1: a group publishes its chunk with one device fence instead of one a
-// work-item (fa_publish_merge_rows; a build option, POLYCL_FA_ONE_FENCE).
+// work-item (fa_publish_merge_rows; POLYCL_FA_ONE_FENCE=0 builds with 0).
 #ifndef FA_ONE_FENCE
-#define FA_ONE_FENCE 0
+#define FA_ONE_FENCE 1
 #endif
 // A chunk's partial state: M, S, two unused floats, then the accumulator
 // (FA_ACC floats in, so that it is 16-byte aligned and the merge takes four
