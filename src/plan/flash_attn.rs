@@ -596,13 +596,14 @@ const COLS: i64 = 8;
 /// Keys one step of its four warps takes (16 a warp).
 const COLS_STEP: i64 = 64;
 
-/// Query heads a KV head where the long-cache GQA kernel on tensor cores
+/// Query heads a KV head where the long-cache kernel on tensor cores
 /// (`kernel_fa_gqa_cols_*`) takes the node: a cache of at least
-/// `POLYCL_FA_COLS_KV` positions, 1 to 8 query heads a KV head (with 1, a group's columns are 8 queries, one at a
-/// decode step: its key loop reads K and V with 16-byte loads and a few
-/// mma instructions a tile, where the long kernel spends ~600 a lane a
-/// step), and the operands both tensor-core kernels take with
-/// 16-byte aligned K and V rows (a lane loads 16 bytes at once).
+/// `POLYCL_FA_COLS_KV` positions, 1 to 8 query heads a KV head (with 1, a
+/// group's columns are 8 queries, one at a decode step: its key loop reads
+/// K and V with 16-byte loads and a few mma instructions a tile, where the
+/// long kernel spends ~600 a lane a step), and the operands both
+/// tensor-core kernels take with 16-byte aligned K and V rows (a lane loads
+/// 16 bytes at once).
 fn cols_applies(b: &Binder, fa: &FaArgs, [tq, tk, tv]: [&TensorType; 3]) -> Option<i64> {
     let cfg = config::get();
     let ok = cfg.fa_cols_kv > 0
