@@ -2,8 +2,9 @@
 //
 //   greedy --list-devices          (name, type, description, memory of every ggml device)
 //   greedy -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor] [--ts A/B/...]
-//          [--fa on|off] [-n N] [-b B] [-t T] (-p TEXT | --prompt-tokens P) [--warmup]
-//          [--margins] [--top K] [--logits FILE] [--embd FILE] [-v]
+//          [--fa on|off] [--ctk T] [--ctv T] [-n N] [-b B] [-t T]
+//          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [--logits FILE]
+//          [--embd FILE] [-v]
 //
 // --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
 //              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
@@ -12,6 +13,8 @@
 // --sm MODE    llama's split mode over the devices (default layer, llama's default);
 //              tensor needs flash attention (--fa on).
 // --ts A/B     tensor-split ratios, one per device (llama's -ts); default: none (all zero).
+// --ctk T      the KV cache's K type (llama's -ctk): f16 (default), q8_0 or q4_0; --ctv the
+//              V type (quantized V needs --fa on).
 // --logits F   writes the float logits of every generation step to F (raw, n_vocab floats per
 //              step), so runs can be compared bit for bit.
 // --embd F     asks llama for embeddings too and writes the last token's (the output norm's
@@ -48,7 +51,7 @@ static void usage(const char * argv0) {
     fprintf(stderr,
             "usage: %s --list-devices\n"
             "       %s -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor]\n"
-            "          [--ts A/B/...] [--fa on|off] [-n N] [-b B] [-t THREADS]\n"
+            "          [--ts A/B/...] [--fa on|off] [--ctk T] [--ctv T] [-n N] [-b B] [-t THREADS]\n"
             "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K]\n"
             "          [--logits FILE] [--embd FILE] [-v]\n",
             argv0, argv0);
@@ -146,6 +149,7 @@ int main(int argc, char ** argv) {
     bool         list_devices  = false;
     int          print_top     = 0;
     enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    enum ggml_type type_k = GGML_TYPE_F16, type_v = GGML_TYPE_F16;
 
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
@@ -187,6 +191,19 @@ int main(int argc, char ** argv) {
             } else {
                 die("--fa takes on or off, not '%s'", v);
             }
+        } else if (strcmp(a, "--ctk") == 0 || strcmp(a, "--ctv") == 0) {
+            const char * v = argv[++i];
+            enum ggml_type t;
+            if (strcmp(v, "f16") == 0) {
+                t = GGML_TYPE_F16;
+            } else if (strcmp(v, "q8_0") == 0) {
+                t = GGML_TYPE_Q8_0;
+            } else if (strcmp(v, "q4_0") == 0) {
+                t = GGML_TYPE_Q4_0;
+            } else {
+                die("--ctk and --ctv take f16, q8_0 or q4_0, not '%s'", v);
+            }
+            *(strcmp(a, "--ctk") == 0 ? &type_k : &type_v) = t;
         } else if (strcmp(a, "-n") == 0) {
             n_gen = parse_int(argv[++i], "-n");
         } else if (strcmp(a, "-b") == 0) {
@@ -361,6 +378,8 @@ int main(int argc, char ** argv) {
     cparams.n_threads                   = n_threads;
     cparams.n_threads_batch             = n_threads;
     cparams.flash_attn_type             = fa;
+    cparams.type_k                      = type_k;
+    cparams.type_v                      = type_v;
     cparams.no_perf                     = true;
     cparams.embeddings                  = embd_path != NULL;
     struct llama_context * ctx          = llama_init_from_model(model, cparams);

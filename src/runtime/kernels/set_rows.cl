@@ -1,5 +1,5 @@
 // SET_ROWS (ops.cpp ggml_compute_forward_set_rows_impl), F32 values into an F32
-// or F16 destination, I64 or I32 row indices. Kernel name = destination type,
+// or F16 destination (Q8_0 and Q4_0 below), I64 or I32 row indices. Kernel name = destination type,
 // index type. global {ne0(src), ne1(src), ne2(src)*ne3(src)}.
 // For src row (i01, i02, i03) the destination row is
 //   idx[i01, i02 % ne1(idx), i03 % ne2(idx)]
@@ -36,3 +36,62 @@ kernel void kernel_set_rows_f16_i32(CTENSOR(src), CTENSOR(idx), TENSOR(dst)) {
     const long r = *(const __global int *) ip;
     store_f16(AT(dst, i0, r, i02, i03), load_f32(AT(src, i0, i01, i02, i03)));
 }
+
+// Quantized destinations (a KV cache of `-ctk q8_0` / `q4_0`): a work-item a
+// block of 32 values, global {ne0(src) / 32, ne1(src), ne2(src)*ne3(src)};
+// the bytes of the CPU backend's from_float: for Q8_0 its AVX form (the
+// scale 127 / amax, rounding half to even), for Q4_0 quantize_row_q4_0_ref.
+// Divisions by qk_div, correctly rounded on every device. The
+// destination's nb0 is a block's bytes (ggml's type size), so AT's first
+// coordinate is the block.
+#define SR_BLOCK_COORDS                                             \
+    const long ib  = get_global_id(0);                              \
+    const long i01 = get_global_id(1);                              \
+    const long i02 = get_global_id(2) % src_ne.s2;                  \
+    const long i03 = get_global_id(2) / src_ne.s2;                  \
+    if (32 * ib >= src_ne.s0 || i01 >= src_ne.s1 || i03 >= src_ne.s3) return; \
+    const __global char *ip = AT(idx, i01, i02 % idx_ne.s1, i03 % idx_ne.s2, 0);
+
+inline void sr_block_q8_0(const __global char *x, ulong xs, __global char *y) {
+    float v[32];
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+        v[j] = load_f32(x + j * xs);
+        amax = fmax(amax, fabs(v[j]));
+    }
+    const float id = amax != 0.0f ? qk_div(127.0f, amax) : 0.0f;
+    store_f16(y, qk_div(amax, 127.0f));
+    for (int j = 0; j < 32; ++j) y[2 + j] = (char)(int)rint(v[j] * id);
+}
+
+inline void sr_block_q4_0(const __global char *x, ulong xs, __global char *y) {
+    float v[32];
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+        v[j] = load_f32(x + j * xs);
+        if (amax < fabs(v[j])) {
+            amax = fabs(v[j]);
+            max = v[j];
+        }
+    }
+    const float d = qk_div(max, -8.0f);
+    const float id = d != 0.0f ? qk_div(1.0f, d) : 0.0f;
+    store_f16(y, d);
+    for (int j = 0; j < 16; ++j) {
+        const uchar q0 = (uchar)min(15, (int)(char)(v[j] * id + 8.5f));
+        const uchar q1 = (uchar)min(15, (int)(char)(v[16 + j] * id + 8.5f));
+        y[2 + j] = (char)(q0 | (q1 << 4));
+    }
+}
+
+#define SR_QUANT_KERNEL(NAME, INDEX, BLOCK)                                                 \
+    kernel void NAME(CTENSOR(src), CTENSOR(idx), TENSOR(dst)) {                             \
+        SR_BLOCK_COORDS                                                                     \
+        const long r = *(const __global INDEX *)ip;                                         \
+        BLOCK(AT(src, 32 * ib, i01, i02, i03), src_nb.s0, AT(dst, ib, r, i02, i03));        \
+    }
+
+SR_QUANT_KERNEL(kernel_set_rows_q8_0_i64, long, sr_block_q8_0)
+SR_QUANT_KERNEL(kernel_set_rows_q8_0_i32, int, sr_block_q8_0)
+SR_QUANT_KERNEL(kernel_set_rows_q4_0_i64, long, sr_block_q4_0)
+SR_QUANT_KERNEL(kernel_set_rows_q4_0_i32, int, sr_block_q4_0)
