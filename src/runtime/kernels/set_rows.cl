@@ -5,13 +5,16 @@
 //   idx[i01, i02 % ne1(idx), i03 % ne2(idx)]
 // and the row is written to dst[:, that index, i02, i03]. F16 rounds to nearest even.
 
-#define SR_COORDS                                                   \
-    const long i0  = get_global_id(0);                              \
+// The work-item's first source element i0 (PER of them a work-item) and
+// its destination row's index.
+#define SR_COORDS_PER(PER)                                          \
+    const long i0  = (long)get_global_id(0) * (PER);                \
     const long i01 = get_global_id(1);                              \
     const long i02 = get_global_id(2) % src_ne.s2;                  \
     const long i03 = get_global_id(2) / src_ne.s2;                  \
     if (i0 >= src_ne.s0 || i01 >= src_ne.s1 || i03 >= src_ne.s3) return; \
     const __global char *ip = AT(idx, i01, i02 % idx_ne.s1, i03 % idx_ne.s2, 0);
+#define SR_COORDS SR_COORDS_PER(1)
 
 kernel void kernel_set_rows_f32_i64(CTENSOR(src), CTENSOR(idx), TENSOR(dst)) {
     SR_COORDS
@@ -44,13 +47,6 @@ kernel void kernel_set_rows_f16_i32(CTENSOR(src), CTENSOR(idx), TENSOR(dst)) {
 // Divisions by qk_div, correctly rounded on every device. The
 // destination's nb0 is a block's bytes (ggml's type size), so AT's first
 // coordinate is the block.
-#define SR_BLOCK_COORDS                                             \
-    const long ib  = get_global_id(0);                              \
-    const long i01 = get_global_id(1);                              \
-    const long i02 = get_global_id(2) % src_ne.s2;                  \
-    const long i03 = get_global_id(2) / src_ne.s2;                  \
-    if (32 * ib >= src_ne.s0 || i01 >= src_ne.s1 || i03 >= src_ne.s3) return; \
-    const __global char *ip = AT(idx, i01, i02 % idx_ne.s1, i03 % idx_ne.s2, 0);
 
 inline void sr_block_q8_0(const __global char *x, ulong xs, __global char *y) {
     float v[32];
@@ -86,9 +82,9 @@ inline void sr_block_q4_0(const __global char *x, ulong xs, __global char *y) {
 
 #define SR_QUANT_KERNEL(NAME, INDEX, BLOCK)                                                 \
     kernel void NAME(CTENSOR(src), CTENSOR(idx), TENSOR(dst)) {                             \
-        SR_BLOCK_COORDS                                                                     \
+        SR_COORDS_PER(32)                                                                   \
         const long r = *(const __global INDEX *)ip;                                         \
-        BLOCK(AT(src, 32 * ib, i01, i02, i03), src_nb.s0, AT(dst, ib, r, i02, i03));        \
+        BLOCK(AT(src, i0, i01, i02, i03), src_nb.s0, AT(dst, i0 / 32, r, i02, i03));        \
     }
 
 SR_QUANT_KERNEL(kernel_set_rows_q8_0_i64, long, sr_block_q8_0)
