@@ -192,28 +192,112 @@ fn align(n: u64) -> u64 {
     n.div_ceil(128) * 128
 }
 
-/// The split kernels' scratch, after the matmuls': one arrival counter per
-/// (query, head), then the partial softmax states. Every split node of a
-/// plan shares both (the in-order queue runs them one after the other, and
-/// each launch leaves its counters at 0), so the sizes are maxima.
-fn layout(g: &Graph, device: &Device) -> (u64, u64) {
+/// Flash attention's scratch, after the matmuls': one arrival counter per
+/// (query, head) and the partial softmax states of the split kernels, then
+/// the F16 copies of quantized K and V (`dequantized`). Every node of a plan
+/// shares them (the in-order queue runs them one after the other, and each
+/// split launch leaves its counters at 0), so the sizes are maxima.
+#[derive(Clone, Copy, Debug, Default)]
+struct Layout {
+    counters: u64,
+    partials: u64,
+    dequantized: u64,
+}
+
+impl Layout {
+    fn bytes(&self) -> u64 {
+        self.counters + align(self.partials) + self.dequantized
+    }
+}
+
+fn layout(g: &Graph, device: &Device) -> Layout {
     // Without the device's figure no split node is lowered (lower_split
     // asks again and fails), so any count serves.
     let groups = split_groups(device).unwrap_or(SplitGroups { long: 1, cols: 1 });
-    g.nodes
+    let fast = fast(device);
+    let mut l = Layout::default();
+    for n in g
+        .nodes
         .iter()
-        .filter(|n| applies(g, n, fast(device)))
-        .map(|n| {
-            let [q, k, v] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
-            (align(counter_bytes(q)), partial_bytes(q, k, v, groups))
-        })
-        .fold((0, 0), |(c, p), (nc, np)| (c.max(nc), p.max(np)))
+        .filter(|n| matches!(n.op, Op::FlashAttn { .. }))
+    {
+        let [q, k, v] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+        if applies(g, n, fast) {
+            l.counters = l.counters.max(align(counter_bytes(q)));
+            l.partials = l.partials.max(partial_bytes(q, k, v, groups));
+        }
+        let copies = [k, v].iter().map(|t| f16_copy_bytes(t)).sum::<u64>();
+        l.dequantized = l.dequantized.max(copies);
+    }
+    l
 }
 
-/// Bytes of scratch the split kernel needs in a plan of `g`.
+/// Bytes of scratch flash attention needs in a plan of `g`.
 pub fn scratch_bytes(g: &Graph, device: &Device) -> usize {
-    let (counters, partials) = layout(g, device);
-    (counters + partials) as usize
+    layout(g, device).bytes() as usize
+}
+
+/// Bytes of the F16 copy of a quantized K or V operand, 128-aligned; 0 for
+/// one the kernels read as it is.
+fn f16_copy_bytes(t: &TensorType) -> u64 {
+    if t.dtype.is_quantized() {
+        align(t.nelements().max(0) as u64 * 2)
+    } else {
+        0
+    }
+}
+
+/// K and V as the kernels read them: as they are when F16, else (Q8_0 and
+/// Q4_0 caches) an F16 copy in the scratch made by a launch pushed here,
+/// the way llama.cpp's CUDA backend feeds quantized caches to its
+/// tensor-core kernel. The copy costs a launch and the bytes of both forms
+/// a step; decode kernels that read the blocks themselves would not.
+pub fn dequantized(
+    b: &mut Binder,
+    n: &Node,
+    ops: [Operand; 2],
+    out: &mut Vec<Launch>,
+) -> Result<([Operand; 2], [TensorType; 2])> {
+    let g = b.graph;
+    let types = [1, 2].map(|i| g.ty(n.inputs[i]).clone());
+    if !types.iter().any(|t| t.dtype.is_quantized()) {
+        return Ok((ops, types));
+    }
+    let l = layout(g, &b.device);
+    let mut off = align(b.mm.scratch_bytes() as u64) + l.counters + align(l.partials);
+    let scratch = match b.scratch {
+        Some((mem, size)) if off + l.dequantized <= size as u64 => mem,
+        _ => {
+            return Err(crate::error::Error::InvalidGraph(format!(
+                "FlashAttn '{}': no scratch for the F16 copy of its quantized K/V",
+                n.name
+            )))
+        }
+    };
+    let mut result = (ops, types.clone());
+    for (i, t) in types.iter().enumerate() {
+        if !t.dtype.is_quantized() {
+            continue;
+        }
+        let f16 = TensorType::contiguous(GgmlType::F16, t.ne);
+        let copy = Operand {
+            mem: scratch,
+            offset: off,
+            ne: f16.ne,
+            nb: f16.nb,
+        };
+        out.push(super::lower::copy(
+            b,
+            &ops[i],
+            t.dtype,
+            &copy,
+            GgmlType::F16,
+        )?);
+        off += f16_copy_bytes(t);
+        result.0[i] = copy;
+        result.1[i] = f16;
+    }
+    Ok(result)
 }
 
 /// What every flash-attention kernel takes: the operands [q, k, v, mask,
@@ -222,6 +306,8 @@ pub fn scratch_bytes(g: &Graph, device: &Device) -> usize {
 /// n_head_log2, softcap).
 pub struct FaArgs {
     pub ops: [Operand; 5],
+    /// Types of q, k and v as the kernels read them (`dequantized`).
+    pub types: [TensorType; 3],
     pub has_mask: bool,
     /// scale (already divided by softcap), max_bias, m0, m1, softcap.
     pub params: [f32; 5],
@@ -267,12 +353,12 @@ pub fn lower_split(
         return Ok(false);
     };
     let [q, k, v, _, dst] = fa.ops;
-    let (counters, _) = layout(g, &b.device);
+    let counters = layout(g, &b.device).counters;
     // The matmul scratch ends 128-aligned; aligning again only guards the
     // counters' atomics should that change (the size check then fails safe).
     let cnt_off = align(b.mm.scratch_bytes() as u64);
     let part_off = cnt_off + counters;
-    let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+    let [tq, tk, tv] = &fa.types;
     let short = short_kernel(b, tk, tv, &k, &v);
     // From POLYCL_FA_LONG_KV the long-cache kernel comes before the
     // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
@@ -676,11 +762,10 @@ fn mma_applies(b: &Binder, fa: &FaArgs) -> bool {
 /// not take, which is the prompt shape, or the decode shape when the plan has
 /// no scratch); false leaves the node to the portable kernel.
 pub fn lower_tiled(b: &mut Binder, n: &Node, fa: &FaArgs, out: &mut Vec<Launch>) -> Result<bool> {
-    let g = b.graph;
     if !fast(&b.device) || !matches!(n.op, Op::FlashAttn { .. }) {
         return Ok(false);
     }
-    let [tq, tk, tv] = [0, 1, 2].map(|i| g.ty(n.inputs[i]));
+    let [tq, tk, tv] = &fa.types;
     if tq.dtype != GgmlType::F32 || tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16 {
         return Ok(false);
     }
@@ -803,6 +888,28 @@ mod tests {
                 assert!(n_head == n_head_kv || n_head / n_head_kv > GQA_ROWS);
             }
         }
+    }
+
+    /// A quantized K or V's F16 copy takes two bytes an element, rounded up
+    /// to 128 so that the next copy's rows stay 16-byte aligned (what the
+    /// tensor-core kernels load at once); F16 operands need none.
+    #[test]
+    fn f16_copies_of_quantized_caches_stay_aligned() {
+        for dtype in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            for ne in [[64, 113, 4, 1], [128, 1, 1, 1], [64, 256, 8, 3]] {
+                let bytes = f16_copy_bytes(&ty(dtype, ne));
+                let f16 = ty(GgmlType::F16, ne);
+                assert!(bytes >= f16.span_bytes() && bytes % 128 == 0);
+                assert!(bytes < f16.span_bytes() + 128);
+            }
+        }
+        assert_eq!(f16_copy_bytes(&ty(GgmlType::F16, [64, 113, 4, 1])), 0);
+        let l = Layout {
+            counters: 128,
+            partials: 100,
+            dequantized: 256,
+        };
+        assert_eq!(l.bytes(), 128 + 128 + 256);
     }
 
     /// The long kernel's heads a group divide G, and head size 128 takes at

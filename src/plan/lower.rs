@@ -41,6 +41,27 @@ pub(super) fn flat(
     })
 }
 
+/// `kernel_cpy_*` from `src` to `dst`: a work-item an element, or a block
+/// of 32 from a quantized source (same shape as `dst`).
+pub(super) fn copy(
+    b: &Binder,
+    src: &Operand,
+    src_type: GgmlType,
+    dst: &Operand,
+    dst_type: GgmlType,
+) -> Result<Launch> {
+    let name = format!(
+        "kernel_cpy_{}_{}",
+        type_suffix(src_type)?,
+        type_suffix(dst_type)?
+    );
+    let items = nelements(src) / src_type.block_elems();
+    flat(b, "cpy", &name, items, "cpy", |a| {
+        a.tensor(src)?.tensor(dst)?;
+        Ok(())
+    })
+}
+
 pub(super) fn grid(
     b: &Binder,
     program: &'static str,
@@ -146,15 +167,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         Op::Copy => {
             let src = b.operand(n.inputs[0])?;
             let dst = b.operand(v)?;
-            let name = format!(
-                "kernel_cpy_{}_{}",
-                type_suffix(g.ty(n.inputs[0]).dtype)?,
-                type_suffix(g.ty(v).dtype)?
-            );
-            out.push(flat(b, "cpy", &name, nelements(&src), "cpy", |a| {
-                a.tensor(&src)?.tensor(&dst)?;
-                Ok(())
-            })?);
+            out.push(copy(b, &src, g.ty(n.inputs[0]).dtype, &dst, g.ty(v).dtype)?);
             Ok(())
         }
         Op::Binary(op) => {
@@ -419,8 +432,8 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             has_mask,
         } => {
             let q = b.operand(n.inputs[0])?;
-            let k = b.operand(n.inputs[1])?;
-            let vv = b.operand(n.inputs[2])?;
+            let kv = [b.operand(n.inputs[1])?, b.operand(n.inputs[2])?];
+            let ([k, vv], [tk, tv]) = super::flash_attn::dequantized(b, n, kv, out)?;
             let mask = if *has_mask {
                 b.operand(n.inputs[3])?
             } else {
@@ -437,6 +450,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             };
             let fa = super::flash_attn::FaArgs {
                 ops: [q, k, vv, mask, dst],
+                types: [g.ty(n.inputs[0]).clone(), tk, tv],
                 has_mask: *has_mask,
                 params: [scale, *max_bias, m0, m1, *softcap],
                 n_head_log2,

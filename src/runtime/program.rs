@@ -23,7 +23,7 @@ pub(crate) const HANDOFF: &str = concat!(
 
 /// Every program: its name and the sources concatenated to build it.
 pub const PROGRAMS: &[(&str, &[&str])] = &[
-    ("cpy", &[COMMON, include_str!("kernels/cpy.cl")]),
+    ("cpy", &[COMMON, QUANT, include_str!("kernels/cpy.cl")]),
     ("binary", &[COMMON, include_str!("kernels/binary.cl")]),
     ("unary", &[COMMON, LIBM, include_str!("kernels/unary.cl")]),
     ("glu", &[COMMON, LIBM, include_str!("kernels/glu.cl")]),

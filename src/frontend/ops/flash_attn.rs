@@ -1,11 +1,11 @@
-//! FLASH_ATTN_EXT: F32 q, F16 k/v, optional F16 mask, no sinks; head sizes up
-//! to 256.
+//! FLASH_ATTN_EXT: F32 q, F16, Q8_0 or Q4_0 k/v, optional F16 mask, no
+//! sinks; head sizes up to 256.
 
 use crate::decoder::{Decoder, NodeDesc};
 use crate::error::Result;
 use crate::frontend::{src_ty, Ctx};
 use crate::ggml::op_params;
-use crate::ggml::types::GgmlType::{F16, F32};
+use crate::ggml::types::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 use crate::ir::{Op, Value};
 
 pub const MAX_HEAD_SIZE: i64 = 256;
@@ -34,9 +34,10 @@ pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
         }
     };
     let out = &node.out.ty;
+    let cache_ok = |t: GgmlType| matches!(t, F16 | Q8_0 | Q4_0);
     q.dtype == F32
-        && k.dtype == F16
-        && v.dtype == F16
+        && cache_ok(k.dtype)
+        && cache_ok(v.dtype)
         && out.dtype == F32
         && q.ne[0] == k.ne[0]
         && q.ne[0] <= MAX_HEAD_SIZE
