@@ -5,10 +5,12 @@
  * every head of a group, as the grouped-query kernels take several query
  * heads of one KV head a work-group) would pass there and fail here.
  *
- *   fa_head_masks_vs_cpu PLUGIN [KERNEL...]
+ *   fa_head_masks_vs_cpu PLUGIN [--kv q8_0|q4_0] [KERNEL...]
  *
  * Each KERNEL named must appear in polycl's plan log (POLYCL_LOG=1), so a run
- * under some POLYCL_FA_* settings proves it reached the kernels it is for. */
+ * under some POLYCL_FA_* settings proves it reached the kernels it is for.
+ * --kv: K and V in that type (quantized from the same values) instead of
+ * F16, for the kernels that read quantized caches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,7 @@ static void print_kernels_launched(void) {
 
 struct fa_case {
     int d, n_head, n_kv_head, kv, nb, mask_heads;
+    enum ggml_type kv_type;
 };
 
 struct fa_graph {
@@ -68,8 +71,8 @@ static int build(struct fa_graph *g, const struct fa_case *c, ggml_backend_t bac
     struct ggml_init_params p = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), NULL, true};
     g->ctx = ggml_init(p);
     g->q = ggml_new_tensor_4d(g->ctx, GGML_TYPE_F32, c->d, c->nb, c->n_head, 1);
-    g->k = ggml_new_tensor_4d(g->ctx, GGML_TYPE_F16, c->d, c->kv, c->n_kv_head, 1);
-    g->v = ggml_new_tensor_4d(g->ctx, GGML_TYPE_F16, c->d, c->kv, c->n_kv_head, 1);
+    g->k = ggml_new_tensor_4d(g->ctx, c->kv_type, c->d, c->kv, c->n_kv_head, 1);
+    g->v = ggml_new_tensor_4d(g->ctx, c->kv_type, c->d, c->kv, c->n_kv_head, 1);
     g->mask = ggml_new_tensor_4d(g->ctx, GGML_TYPE_F16, c->kv, c->nb, c->mask_heads, 1);
     g->out = ggml_flash_attn_ext(g->ctx, g->q, g->k, g->v, g->mask, 1.0f / sqrtf((float)c->d), 0.0f, 0.0f);
     ggml_prec_set_acc(g->out, GGML_PREC_F32);
@@ -99,11 +102,21 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
     size_t nq = (size_t)c->d * c->nb * c->n_head, nkv = (size_t)c->d * c->kv * c->n_kv_head;
     size_t nm = (size_t)c->kv * c->nb * c->mask_heads, no = nq;
     float *q = malloc(sizeof(float) * nq), *a = malloc(sizeof(float) * no), *b = malloc(sizeof(float) * no);
-    ggml_fp16_t *k = malloc(sizeof(ggml_fp16_t) * nkv), *v = malloc(sizeof(ggml_fp16_t) * nkv);
+    /* K and V as floats, then in kv_type: kv_bytes each. */
+    size_t kv_rows = (size_t)c->kv * c->n_kv_head, kv_bytes = ggml_row_size(c->kv_type, c->d) * kv_rows;
+    float *kf = malloc(sizeof(float) * nkv), *vf = malloc(sizeof(float) * nkv);
+    void *k = malloc(kv_bytes), *v = malloc(kv_bytes);
     ggml_fp16_t *m = malloc(sizeof(ggml_fp16_t) * nm);
     for (size_t i = 0; i < nq; i++) q[i] = uniform();
-    for (size_t i = 0; i < nkv; i++) k[i] = ggml_fp32_to_fp16(uniform());
-    for (size_t i = 0; i < nkv; i++) v[i] = ggml_fp32_to_fp16(uniform());
+    for (size_t i = 0; i < nkv; i++) kf[i] = uniform();
+    for (size_t i = 0; i < nkv; i++) vf[i] = uniform();
+    if (c->kv_type == GGML_TYPE_F16) {
+        ggml_fp32_to_fp16_row(kf, k, (int64_t)nkv);
+        ggml_fp32_to_fp16_row(vf, v, (int64_t)nkv);
+    } else {
+        ggml_quantize_chunk(c->kv_type, kf, k, 0, (int64_t)kv_rows, c->d, NULL);
+        ggml_quantize_chunk(c->kv_type, vf, v, 0, (int64_t)kv_rows, c->d, NULL);
+    }
     for (int h = 0; h < c->mask_heads; h++)
         for (int r = 0; r < c->nb; r++)
             for (int j = 0; j < c->kv; j++)
@@ -119,8 +132,8 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
         made = i + 1;
         if (!ok) break;
         ggml_backend_tensor_set(g[i].q, q, 0, sizeof(float) * nq);
-        ggml_backend_tensor_set(g[i].k, k, 0, sizeof(ggml_fp16_t) * nkv);
-        ggml_backend_tensor_set(g[i].v, v, 0, sizeof(ggml_fp16_t) * nkv);
+        ggml_backend_tensor_set(g[i].k, k, 0, kv_bytes);
+        ggml_backend_tensor_set(g[i].v, v, 0, kv_bytes);
         ggml_backend_tensor_set(g[i].mask, m, 0, sizeof(ggml_fp16_t) * nm);
         ok = ggml_backend_graph_compute(backends[i], g[i].gf) == GGML_STATUS_SUCCESS;
         if (ok) ggml_backend_tensor_get(g[i].out, outs[i], 0, sizeof(float) * no);
@@ -130,6 +143,8 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
     free(q);
     free(a);
     free(b);
+    free(kf);
+    free(vf);
     free(k);
     free(v);
     free(m);
@@ -138,8 +153,19 @@ static double run_case(const struct fa_case *c, ggml_backend_t pc, ggml_backend_
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s PLUGIN [KERNEL...]\n", argv[0]);
+        fprintf(stderr, "usage: %s PLUGIN [--kv q8_0|q4_0] [KERNEL...]\n", argv[0]);
         return 2;
+    }
+    enum ggml_type kv_type = GGML_TYPE_F16;
+    int first_kernel = 2;
+    if (argc > 3 && !strcmp(argv[2], "--kv")) {
+        if (!strcmp(argv[3], "q8_0")) kv_type = GGML_TYPE_Q8_0;
+        else if (!strcmp(argv[3], "q4_0")) kv_type = GGML_TYPE_Q4_0;
+        else {
+            fprintf(stderr, "--kv %s: expected q8_0 or q4_0\n", argv[3]);
+            return 2;
+        }
+        first_kernel = 4;
     }
     ggml_log_set(keep_log, NULL);
     ggml_backend_dev_t dev;
@@ -159,16 +185,17 @@ int main(int argc, char **argv) {
             for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++)
                 for (int per_head = 1; per_head >= 0; per_head--) {
                     struct fa_case c = {shapes[s][0], shapes[s][1], shapes[s][2], kvs[i], nbs[j],
-                                        per_head ? shapes[s][1] : 2};
+                                        per_head ? shapes[s][1] : 2, kv_type};
                     double nmse = run_case(&c, pc, cpu);
                     int ok = nmse >= 0 && nmse < 5e-4;
                     n++;
                     bad += !ok;
-                    printf("d=%d heads=%d kv_heads=%d kv=%d nb=%d mask_heads=%d: nmse %.3g %s\n", c.d, c.n_head,
-                           c.n_kv_head, c.kv, c.nb, c.mask_heads, nmse, ok ? "ok" : "FAIL");
+                    printf("d=%d heads=%d kv_heads=%d kv=%d nb=%d mask_heads=%d %s: nmse %.3g %s\n", c.d,
+                           c.n_head, c.n_kv_head, c.kv, c.nb, c.mask_heads, ggml_type_name(kv_type), nmse,
+                           ok ? "ok" : "FAIL");
                 }
     int missing = 0;
-    for (int i = 2; i < argc; i++)
+    for (int i = first_kernel; i < argc; i++)
         if (!log_text || !strstr(log_text, argv[i])) {
             printf("never launched: %s\n", argv[i]);
             missing++;

@@ -151,7 +151,7 @@ greedy_tokens() { # DEV MODEL FA [VAR=value...]: the "tokens:" line of GREEDY_N 
   # after GREEDY_PROMPT (40) prompt tokens in batches of GREEDY_BATCH (16; 512 for long prompts:
   # at 16 a 16500-token prompt took the 1B ~100 s on the H100) on DEV: CUDA0 (the CUDA backend
   # loaded as the GGML_BACKEND_PATH library), none (the CPU backend) or a polycl device ($LIB);
-  # host_greedy first
+  # GREEDY_ARGS: more arguments of examples/greedy.c (--ctk q8_0 --ctv q8_0); host_greedy first
   local dev=$1 m=$2 fa=$3 load=(GGML_BACKEND_PATH="$LIB")
   shift 3
   case $dev in
@@ -159,7 +159,7 @@ greedy_tokens() { # DEV MODEL FA [VAR=value...]: the "tokens:" line of GREEDY_N 
     none) load=(-u GGML_BACKEND_PATH) ;;
   esac
   env "${load[@]}" "$@" timeout 120 "$W/greedy" -m "$m" --dev "$dev" --fa "$fa" -n "${GREEDY_N:-32}" \
-    --prompt-tokens "${GREEDY_PROMPT:-40}" -b "${GREEDY_BATCH:-16}" 2>/dev/null | grep '^tokens:'
+    --prompt-tokens "${GREEDY_PROMPT:-40}" -b "${GREEDY_BATCH:-16}" ${GREEDY_ARGS:-} 2>/dev/null | grep '^tokens:'
 }
 
 greedy_check() { # same greedy tokens from CUDA and polycl on the small test models

@@ -8,7 +8,7 @@ TBO="$PREFIX/build/bin/test-backend-ops"
 LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
 DEV=${POLYCL_TEST_DEVICE:-POLYCL0}
 OPS=${POLYCL_TEST_OPS:-"ADD SUB MUL DIV SCALE SILU GELU GELU_QUICK SWIGLU GEGLU RMS_NORM NORM \
-MUL_MAT ROPE SOFT_MAX GET_ROWS SET_ROWS CPY CONT DUP FLASH_ATTN_EXT SUM_ROWS CONCAT"}
+MUL_MAT MUL_MAT_HADAMARD ROPE SOFT_MAX GET_ROWS SET_ROWS CPY CONT DUP FLASH_ATTN_EXT SUM_ROWS CONCAT"}
 [[ -f "$LIB" ]] || { echo "missing $LIB: build polycl first" >&2; exit 1; }
 total_pass=0; total_fail=0; failed_ops=()
 for op in $OPS; do
@@ -57,9 +57,10 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # short kernel that the attention + O pair runs; longer ones at head sizes 64 and 128
       # the long-cache kernel (POLYCL_FA_LONG_KV=512 below; POLYCL_FA_LONG_GROUPS=64 splits
       # even a 2-core PoCL's caches into chunks and merges them), its _gqa kernels where 4 or
-      # 12 query heads share a KV head; other head sizes the vector kernels. Q8_0 and Q4_0
-      # caches reach them through their F16 copies (kernel_cpy_*_f16).
-      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa4_d64 kernel_fa_long_gqa2_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_cpy_q8_0_f16 kernel_cpy_q4_0_f16 buffers.by.address" ;;
+      # 12 query heads share a KV head; other head sizes the vector kernels. Q8_0 caches go to
+      # the long-cache kernels that read their blocks (POLYCL_FA_Q8_KV, every length by
+      # default), Q4_0 ones through their F16 copies (kernel_cpy_q4_0_f16).
+      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa4_d64 kernel_fa_long_gqa2_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_fa_long_q8_d64 kernel_fa_long_q8_gqa4_d64 kernel_cpy_q4_0_f16 buffers.by.address" ;;
       # One chunk a head: up to 256 positions (POLYCL_FA_ONE_KV) one group a head takes the
       # whole cache, longer ones the vector kernels' 256-position chunks where the long-cache
       # kernel does not take them (from 512 positions below, at head sizes 64 and 128, its

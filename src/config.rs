@@ -26,6 +26,7 @@
 //! | `POLYCL_FA_LONG_GROUPS` | 1 to 65536 | decode flash attention: how many work-groups the long-cache kernel and the cols kernel (`POLYCL_FA_COLS_KV`) split a graph's cache into (chunks a multiple of 128 and 64 positions; default 3 a compute unit for the long-cache kernel, one wave of its 168-register groups on the H200, and 2 for the cols kernel, one wave of its ~210-register groups): a tuning knob |
 //! | `POLYCL_FA_LONG_HEADS` | 1, 2 or 4 | decode flash attention: the most query heads of one KV head that a work-group of the long-cache kernel takes (`kernel_fa_long_gqa4_d64`, `_gqa2_d64`, `_gqa2_d128`; a group holds q and an accumulator a head, so head size 128 takes at most 2), where that many divide the heads a KV head has; default 1, a head a group, every K/V row read once a head (from L2 after the first: on the H100 the 1B decoded 583 tokens/s at 4096 cached positions with 1, 568 with 2, 537 with 4, docs/perf.md step 76): a tuning knob |
 //! | `POLYCL_FA_COLS_KV` | 0 to 2147483647 | decode flash attention on GPUs with tensor cores: the shortest KV cache (positions, as the graph holds it) that the tensor-core kernel with a KV head's query heads as its tile's columns takes (`kernel_fa_gqa_cols_*`: 1 to 8 query heads a KV head at head size 64 or 128, each K/V row read once for all of them with 16-byte loads), before the long-cache kernel (default 16384: on the H100 the 7B Q4_0 and the 1B decoded ~4% faster with it there; at 4096 cached positions the 7B the same, the 1B 6% slower, docs/perf.md step 79; 0: never): a tuning knob |
+//! | `POLYCL_FA_Q8_KV` | 0 to 2147483647 | decode flash attention over a Q8_0 K and V cache (`-ctk q8_0 -ctv q8_0`): the shortest cache (positions, as the graph holds it) that the long-cache kernel reads as its blocks lie (`kernel_fa_long_q8_*`, head sizes 64 and 128: 34 bytes a 32 elements where the F16 copy every other kernel reads costs a launch, 64 bytes written and 64 read); shorter ones and other shapes go through the F16 copy (default 1, every cache; 0: never): a tuning knob |
 //! | `POLYCL_FA_ONE_FENCE` | `0` or `1` | decode flash attention split into chunks: `1` (default): each work-group publishes its chunk's state with one device fence, its first work-item's after the group barrier (the form of CUDA's grid sync); `0`: one a work-item. On the H100 the 7B Q4_0 decoded 1.0% faster with one, the 7B Q8_0 and the 1B the same (docs/perf.md step 79) |
 //! | `POLYCL_ATTN_O` | `0` or `1` | `1`: a decode step's short-cache attention (`kernel_fa_short_*`) and the O projection that reads it run as one launch, by ticket (`plan/attn_o.rs`); `0` (default): two launches, the attention by the vector kernels (on the H200 the pair measured no faster: its launch cost the host more, docs/perf.md step 45; with the host's cost down, the 1B ran 3-5% slower with it, step 49) |
 //! | `POLYCL_ATTN_OH` | `0` or `1` | `1`: where one work-group a head takes a decode step's whole cache and the O projection after it is a Q4_0 or Q8_0 MulMatAddNorm, one launch does both by heads (`kernels/attn_oh.cl`, `plan/attn_o.rs`): each head's groups multiply its output by its columns of W_o and add into the row in 64-bit fixed point, and the last group does the epilogue; with it, one group a head also takes caches of two steps (256 positions at head sizes up to 128); `0` (default): two launches (on the H200 the launch by heads made the 1B's GPU span 55-78 us a token longer and the 7B's ~255 us, docs/perf.md step 59) |
@@ -103,6 +104,9 @@ pub struct Config {
     /// The shortest cache that the tensor-core kernel with a KV head's query
     /// heads as its tile's columns takes (`POLYCL_FA_COLS_KV`, 0: never).
     pub fa_cols_kv: u32,
+    /// The shortest Q8_0 cache that the long-cache kernel reads as its blocks
+    /// lie (`POLYCL_FA_Q8_KV`, 0: never).
+    pub fa_q8_kv: u32,
     /// One device fence a group where the split attention publishes a
     /// chunk (`POLYCL_FA_ONE_FENCE`, default on: the 7B Q4_0 decoded 1.0%
     /// faster on the H100, docs/perf.md step 79).
@@ -401,6 +405,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         fa_long_groups: None,
         fa_long_heads: 1,
         fa_cols_kv: 16384,
+        fa_q8_kv: 1,
         fa_one_fence: true,
         attn_o: false,
         attn_oh: false,
@@ -650,6 +655,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         }
     }
     c.fa_cols_kv = positions(get, "POLYCL_FA_COLS_KV", c.fa_cols_kv, &mut c.problems);
+    c.fa_q8_kv = positions(get, "POLYCL_FA_Q8_KV", c.fa_q8_kv, &mut c.problems);
     c.fa_one_fence = switch(get, "POLYCL_FA_ONE_FENCE", true, &mut c.problems);
     c.attn_o = off_unless_one(get, "POLYCL_ATTN_O", &mut c.problems);
     c.attn_oh = off_unless_one(get, "POLYCL_ATTN_OH", &mut c.problems);
@@ -1133,6 +1139,9 @@ mod tests {
         let c = with(&[("POLYCL_FA_COLS_KV", "yes")]);
         assert!(c.problems.len() == 1 && c.problems[0].contains("POLYCL_FA_COLS_KV"));
         assert_eq!(c.fa_cols_kv, 16384);
+        assert_eq!(with(&[]).fa_q8_kv, 1);
+        assert_eq!(with(&[("POLYCL_FA_Q8_KV", "0")]).fa_q8_kv, 0);
+        assert_eq!(with(&[("POLYCL_FA_Q8_KV", "-1")]).fa_q8_kv, 1);
         assert!(with(&[]).fa_one_fence);
         assert!(with(&[("POLYCL_FA_ONE_FENCE", "1")]).fa_one_fence);
         assert!(!with(&[("POLYCL_FA_ONE_FENCE", "0")]).fa_one_fence);

@@ -27,6 +27,12 @@ pub enum Op {
     },
     /// inputs: [weights, activations].
     MulMat,
+    /// A MulMat whose weights the host marks as the normalized Sylvester
+    /// Hadamard matrix (ggml's GGML_HINT_SRC0_IS_HADAMARD, llama's rotation of
+    /// quantized KV caches): inputs [matrix, activations]; each activation row
+    /// goes through the fast Walsh-Hadamard transform, as the CPU backend's
+    /// `ggml_compute_forward_fwht`, and the matrix is never read.
+    Hadamard,
     /// inputs: [x, positions] or [x, positions, freq_factors].
     Rope(RopeParams),
     /// inputs: [x] or [x, mask].
@@ -211,6 +217,7 @@ impl Op {
             Op::RmsNorm { .. } => "RmsNorm",
             Op::Norm { .. } => "Norm",
             Op::MulMat => "MulMat",
+            Op::Hadamard => "Hadamard",
             Op::Rope(_) => "Rope",
             Op::SoftMax { .. } => "SoftMax",
             Op::GetRows => "GetRows",
@@ -251,7 +258,7 @@ impl Op {
             Op::View | Op::Copy | Op::Scale { .. } | Op::Unary(_) => 1..=1,
             Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => 1..=1,
             Op::Glu { .. } => 1..=2,
-            Op::Binary(_) | Op::MulMat | Op::GetRows | Op::Concat { .. } => 2..=2,
+            Op::Binary(_) | Op::MulMat | Op::Hadamard | Op::GetRows | Op::Concat { .. } => 2..=2,
             Op::Rope(p) => {
                 let n = 2 + p.has_freq_factors as usize;
                 n..=n

@@ -359,7 +359,17 @@ pub fn lower_split(
     let cnt_off = align(b.mm.scratch_bytes() as u64);
     let part_off = cnt_off + counters;
     let [tq, tk, tv] = &fa.types;
-    let short = short_kernel(b, tk, tv, &k, &v);
+    // Quantized K/V only where the long-cache kernel reads them as they lie;
+    // every other kernel takes the F16 copy (`dequantized`), so leave the
+    // node to the caller for it.
+    let long_q8 = long_q8_kernel(tq, tk, tv, &k, &v);
+    if (tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16) && long_q8.is_none() {
+        return Ok(false);
+    }
+    let short = match long_q8 {
+        Some(_) => None,
+        None => short_kernel(b, tk, tv, &k, &v),
+    };
     // From POLYCL_FA_LONG_KV the long-cache kernel comes before the
     // tensor-core GQA kernel: on the H100 the 1B (G = 8) decoded 584 tokens/s
     // at 4096 cached positions with it against 472 (docs/perf.md step 76),
@@ -374,7 +384,7 @@ pub fn lower_split(
         None => cols_applies(b, fa, [tq, tk, tv]),
     };
     let long = match (short, cols) {
-        (None, None) => long_kernel(tq, tk, tv, &k, &v),
+        (None, None) => long_q8.or_else(|| long_kernel(tq, tk, tv, &k, &v)),
         _ => None,
     };
     let gqa = match (short, long, cols) {
@@ -608,6 +618,45 @@ fn long_kernel(
 /// `most_heads` (`POLYCL_FA_LONG_HEADS`) and 4 / (64-wide pieces of a row),
 /// so that a group's q and accumulators, one of each a head, stay within 64
 /// registers; else 1.
+/// The long-cache kernel over Q8_0 K and V (`kernel_fa_long_q8_*`, the
+/// same choice of query heads a group): from `POLYCL_FA_Q8_KV` positions,
+/// head sizes 64 and 128 (DK = DV), blocks packed along each row and rows
+/// 2-byte aligned (its lanes load the scale and the quants as halfwords)
+/// with strides that fit the 32 bits it steps keys by.
+fn long_q8_kernel(
+    tq: &TensorType,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> Option<(&'static str, i64)> {
+    let min_kv = config::get().fa_q8_kv;
+    let rows_ok = |t: &TensorType, o: &Operand| {
+        t.dtype == GgmlType::Q8_0
+            && o.nb[0] == GgmlType::Q8_0.block_bytes() as u64
+            && rows_aligned(o, 2)
+            && o.nb[1] <= u32::MAX as u64
+    };
+    let ok = min_kv > 0
+        && tk.ne[1] >= min_kv as i64
+        && rows_ok(tk, k)
+        && rows_ok(tv, v)
+        && k.ne[0] == v.ne[0]
+        && !crate::runtime::step::wanted();
+    if !ok {
+        return None;
+    }
+    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
+    Some(match (k.ne[0], heads) {
+        (64, 4) => ("kernel_fa_long_q8_gqa4_d64", 4),
+        (64, 2) => ("kernel_fa_long_q8_gqa2_d64", 2),
+        (64, _) => ("kernel_fa_long_q8_d64", 1),
+        (128, 2) => ("kernel_fa_long_q8_gqa2_d128", 2),
+        (128, _) => ("kernel_fa_long_q8_d128", 1),
+        _ => return None,
+    })
+}
+
 fn long_heads(q: &TensorType, k: &TensorType, d: i64, most_heads: u32) -> i64 {
     let ratio = heads_per_kv(q, k);
     let most = (most_heads as i64).min(4 / (d / 64).max(1));
@@ -899,7 +948,7 @@ mod tests {
             for ne in [[64, 113, 4, 1], [128, 1, 1, 1], [64, 256, 8, 3]] {
                 let bytes = f16_copy_bytes(&ty(dtype, ne));
                 let f16 = ty(GgmlType::F16, ne);
-                assert!(bytes >= f16.span_bytes() && bytes % 128 == 0);
+                assert!(bytes >= f16.span_bytes() && bytes.is_multiple_of(128));
                 assert!(bytes < f16.span_bytes() + 128);
             }
         }

@@ -285,7 +285,7 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
                     vec![contiguous([a.ne[0] / 2, a.ne[1], a.ne[2], a.ne[3]])]
                 }
             }
-            Op::MulMat => {
+            Op::MulMat | Op::Hadamard => {
                 let (w, x) = (&ins[0], &ins[1]);
                 if w.ne[0] != x.ne[0]
                     || w.ne[2] <= 0

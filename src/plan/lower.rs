@@ -10,6 +10,8 @@ use crate::runtime::program::kernel;
 
 /// Work-group size of the row kernels (norm, softmax, sum_rows) and flash attention.
 pub const ROW_WG: usize = 64;
+/// Work-items of `kernel_hadamard_f32` (HD_WG).
+const HADAMARD_WG: usize = 64;
 
 fn nelements(t: &Operand) -> usize {
     t.ne.iter().product::<i64>().max(0) as usize
@@ -416,6 +418,24 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             Ok(())
         }
         Op::MulMat => super::mul_mat::lower(b, n, v, out),
+        Op::Hadamard => {
+            let (x, dst) = (b.operand(n.inputs[1])?, b.operand(v)?);
+            let rows = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as usize;
+            let scale = 1.0 / (x.ne[0] as f32).sqrt();
+            out.push(grid(
+                b,
+                "hadamard",
+                "kernel_hadamard_f32",
+                [HADAMARD_WG, rows, 1],
+                Some([HADAMARD_WG, 1, 1]),
+                "hadamard",
+                |a| {
+                    a.tensor(&x)?.tensor(&dst)?.f32(scale)?;
+                    Ok(())
+                },
+            )?);
+            Ok(())
+        }
         Op::FusedRmsNorm { eps, has_add } => {
             super::fused_norm::lower(b, id, n, *eps, *has_add, out)
         }
@@ -432,8 +452,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             has_mask,
         } => {
             let q = b.operand(n.inputs[0])?;
-            let kv = [b.operand(n.inputs[1])?, b.operand(n.inputs[2])?];
-            let ([k, vv], [tk, tv]) = super::flash_attn::dequantized(b, n, kv, out)?;
+            let (k, vv) = (b.operand(n.inputs[1])?, b.operand(n.inputs[2])?);
             let mask = if *has_mask {
                 b.operand(n.inputs[3])?
             } else {
@@ -448,13 +467,21 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             } else {
                 *scale
             };
-            let fa = super::flash_attn::FaArgs {
+            let mut fa = super::flash_attn::FaArgs {
                 ops: [q, k, vv, mask, dst],
-                types: [g.ty(n.inputs[0]).clone(), tk, tv],
+                types: [0, 1, 2].map(|i| g.ty(n.inputs[i]).clone()),
                 has_mask: *has_mask,
                 params: [scale, *max_bias, m0, m1, *softcap],
                 n_head_log2,
             };
+            // A quantized cache: the split kernel that reads it as it lies,
+            // else every kernel through its F16 copy.
+            let quantized = fa.types[1..].iter().any(|t| t.dtype.is_quantized());
+            if quantized && super::flash_attn::lower_split(b, id, n, &fa, out)? {
+                return Ok(());
+            }
+            let ([k, vv], [tk, tv]) = super::flash_attn::dequantized(b, n, [k, vv], out)?;
+            (fa.ops[1], fa.ops[2], fa.types[1], fa.types[2]) = (k, vv, tk, tv);
             if super::flash_attn::lower_split(b, id, n, &fa, out)?
                 || super::flash_attn::lower_tiled(b, n, &fa, out)?
             {

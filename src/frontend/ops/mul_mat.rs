@@ -1,5 +1,6 @@
 //! MUL_MAT: weights (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K) times F32 activations,
-//! any batch, broadcast over dims 2 and 3, strided views of src1.
+//! any batch, broadcast over dims 2 and 3, strided views of src1; a rotation
+//! the host marks as by the Hadamard matrix becomes `Op::Hadamard`.
 
 use crate::decoder::{Decoder, NodeDesc};
 use crate::error::Result;
@@ -29,8 +30,39 @@ pub fn supports(dec: &dyn Decoder, node: &NodeDesc) -> bool {
         && out.ne == [w.ne[1], x.ne[1], x.ne[2], x.ne[3]]
 }
 
+/// ggml's GGML_HINT_SRC0_IS_HADAMARD, in op_params slot 1.
+const HINT_SRC0_IS_HADAMARD: i32 = 1;
+/// The longest row `kernel_hadamard_f32` transforms (HD_MAX floats of local
+/// memory); longer ones take the matmul.
+const HADAMARD_MAX: i64 = 4096;
+
+/// Whether the node is a rotation by the Hadamard matrix that the fast
+/// transform computes (`Op::Hadamard`): the host's hint, an F32 square
+/// matrix of a power-of-two size, and contiguous rows in and out of one
+/// shape (the conditions of CUDA's `ggml_cuda_op_mul_mat_use_fwht`).
+fn hadamard_applies(dec: &dyn Decoder, node: &NodeDesc) -> bool {
+    let (Some(w), Some(x)) = (src_ty(dec, node, 0), src_ty(dec, node, 1)) else {
+        return false;
+    };
+    let n = w.ne[0];
+    node.params.i32(1) == HINT_SRC0_IS_HADAMARD
+        && w.dtype == F32
+        && w.ne[1] == n
+        && n > 0
+        && (n & (n - 1)) == 0
+        && n <= HADAMARD_MAX
+        && x.is_contiguous()
+        && node.out.ty.is_contiguous()
+        && node.out.ty.ne == x.ne
+}
+
 pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
     let w = ctx.input(node, 0)?;
     let x = ctx.input(node, 1)?;
-    Ok(ctx.emit(Op::MulMat, vec![w, x], node))
+    let op = if hadamard_applies(ctx.dec, node) {
+        Op::Hadamard
+    } else {
+        Op::MulMat
+    };
+    Ok(ctx.emit(op, vec![w, x], node))
 }

@@ -49,61 +49,49 @@ kernel void kernel_cpy_f16_f16(CTENSOR(src), TENSOR(dst)) {
     const long4 q_ne = (long4)(src_ne.s0 / 32, src_ne.s1, src_ne.s2, src_ne.s3); \
     const long ib = get_global_id(0);                                          \
     if (ib >= nelements4(q_ne)) return;                                        \
-    const long4 c = unravel4(ib, q_ne);                                        \
-    const __global char *blk = AT(src, c.s0, c.s1, c.s2, c.s3);                \
-    __global char *out = AT(dst, c.s0 * 32, c.s1, c.s2, c.s3);
+    const long4 qc = unravel4(ib, q_ne);                                       \
+    const __global char *blk = AT(src, qc.s0, qc.s1, qc.s2, qc.s3);            \
+    __global char *out = AT(dst, qc.s0 * 32, qc.s1, qc.s2, qc.s3);
 
-inline void cpy_q8_0_values(const __global char *blk, float *v) {
-    const float d = q8_0_d(blk);
-    for (int e = 0; e < 32; ++e) v[e] = (float)q8_0_q(blk, e) * d;
+// Elements 8c .. 8c + 7 of a block (Q4_0: low nibbles of its 16 bytes are
+// elements 0-15, high ones 16-31).
+inline float8 cpy_q8_0_8(const __global char *blk, int c) {
+    return convert_float8(vload8(0, blk + 2 + 8 * c)) * q8_0_d(blk);
 }
 
-inline void cpy_q4_0_values(const __global char *blk, float *v) {
-    const float d = q4_0_d(blk);
-    for (int e = 0; e < 32; ++e) v[e] = (float)(q4_0_code(blk, e) - 8) * d;
+inline float8 cpy_q4_0_8(const __global char *blk, int c) {
+    const uchar8 b = vload8(0, (const __global uchar *)(blk + 2 + 8 * (c & 1)));
+    const uchar8 code = c < 2 ? (b & (uchar8)0xF) : (b >> (uchar8)4);
+    return convert_float8(convert_int8(code) - 8) * q4_0_d(blk);
 }
 
-inline void cpy_block_f32(__global char *out, ulong stride, const float *v) {
-    for (int e = 0; e < 32; ++e) store_f32(out + e * stride, v[e]);
-}
-
-// Packed F16 rows (the flash-attention operands) take two 16-wide stores.
-inline void cpy_block_f16(__global char *out, ulong stride, const float *v) {
-    if (stride == 2) {
-        __global half *h = (__global half *)out;
-        vstore_half16_rte((float16)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
-                                    v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]), 0, h);
-        vstore_half16_rte((float16)(v[16], v[17], v[18], v[19], v[20], v[21], v[22], v[23],
-                                    v[24], v[25], v[26], v[27], v[28], v[29], v[30], v[31]), 1, h);
+// Stores them at out + 8c elements of `stride` bytes; packed rows at once.
+inline void cpy_store8_f32(__global char *out, ulong stride, int c, float8 v) {
+    if (stride == 4) {
+        vstore8(v, c, (__global float *)out);
         return;
     }
-    for (int e = 0; e < 32; ++e) store_f16(out + e * stride, v[e]);
+    float e[8];
+    vstore8(v, 0, e);
+    for (int i = 0; i < 8; ++i) store_f32(out + (8 * c + i) * stride, e[i]);
 }
 
-kernel void kernel_cpy_q8_0_f32(CTENSOR(src), TENSOR(dst)) {
-    CPY_Q_BLOCK
-    float v[32];
-    cpy_q8_0_values(blk, v);
-    cpy_block_f32(out, dst_nb.s0, v);
+inline void cpy_store8_f16(__global char *out, ulong stride, int c, float8 v) {
+    if (stride == 2) {
+        vstore_half8_rte(v, c, (__global half *)out);
+        return;
+    }
+    float e[8];
+    vstore8(v, 0, e);
+    for (int i = 0; i < 8; ++i) store_f16(out + (8 * c + i) * stride, e[i]);
 }
 
-kernel void kernel_cpy_q8_0_f16(CTENSOR(src), TENSOR(dst)) {
-    CPY_Q_BLOCK
-    float v[32];
-    cpy_q8_0_values(blk, v);
-    cpy_block_f16(out, dst_nb.s0, v);
-}
-
-kernel void kernel_cpy_q4_0_f32(CTENSOR(src), TENSOR(dst)) {
-    CPY_Q_BLOCK
-    float v[32];
-    cpy_q4_0_values(blk, v);
-    cpy_block_f32(out, dst_nb.s0, v);
-}
-
-kernel void kernel_cpy_q4_0_f16(CTENSOR(src), TENSOR(dst)) {
-    CPY_Q_BLOCK
-    float v[32];
-    cpy_q4_0_values(blk, v);
-    cpy_block_f16(out, dst_nb.s0, v);
-}
+#define CPY_Q_KERNEL(NAME, VALUES8, STORE8)                                    \
+    kernel void NAME(CTENSOR(src), TENSOR(dst)) {                              \
+        CPY_Q_BLOCK                                                            \
+        for (int c = 0; c < 4; ++c) STORE8(out, dst_nb.s0, c, VALUES8(blk, c)); \
+    }
+CPY_Q_KERNEL(kernel_cpy_q8_0_f32, cpy_q8_0_8, cpy_store8_f32)
+CPY_Q_KERNEL(kernel_cpy_q8_0_f16, cpy_q8_0_8, cpy_store8_f16)
+CPY_Q_KERNEL(kernel_cpy_q4_0_f32, cpy_q4_0_8, cpy_store8_f32)
+CPY_Q_KERNEL(kernel_cpy_q4_0_f16, cpy_q4_0_8, cpy_store8_f16)
