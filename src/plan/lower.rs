@@ -404,17 +404,25 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 type_suffix(g.ty(n.inputs[2]).dtype)?
             );
             // A quantized destination's kernel takes a block of 32 values
-            // a work-item (set_rows.cl).
-            let per_item = if g.ty(v).dtype.is_quantized() { 32 } else { 1 };
+            // a work-group (set_rows.cl).
+            let local = g.ty(v).dtype.is_quantized().then_some([32, 1, 1]);
             let global = [
-                (vals.ne[0] / per_item) as usize,
+                vals.ne[0] as usize,
                 vals.ne[1] as usize,
                 (vals.ne[2] * vals.ne[3]) as usize,
             ];
-            out.push(grid(b, "set_rows", &name, global, None, "set_rows", |a| {
-                a.tensor(&vals)?.tensor(&idx)?.tensor(&dst)?;
-                Ok(())
-            })?);
+            out.push(grid(
+                b,
+                "set_rows",
+                &name,
+                global,
+                local,
+                "set_rows",
+                |a| {
+                    a.tensor(&vals)?.tensor(&idx)?.tensor(&dst)?;
+                    Ok(())
+                },
+            )?);
             Ok(())
         }
         Op::MulMat => super::mul_mat::lower(b, n, v, out),

@@ -11,18 +11,23 @@
 kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale) {
     __local float h[HD_MAX];
     const int lid = get_local_id(0);
-    const long n = x_ne.s0;
-    const long4 r = unravel4(get_group_id(1), (long4)(1, x_ne.s1, x_ne.s2, x_ne.s3));
-    for (long i = lid; i < n; i += HD_WG) h[i] = load_f32(AT(x, i, r.s1, r.s2, r.s3)) * scale;
+    const int n = (int)x_ne.s0;
+    const long g = get_group_id(1);
+    const long i1 = g % x_ne.s1, i2 = (g / x_ne.s1) % x_ne.s2, i3 = g / (x_ne.s1 * x_ne.s2);
+    const __global char *row = AT(x, 0, i1, i2, i3);
+    __global char *out = AT(dst, 0, i1, i2, i3);
+    for (int i = lid; i < n; i += HD_WG) h[i] = load_f32(row + i * x_nb.s0) * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (long len = 1; len < n; len <<= 1) {
-        for (long b = lid; b < n / 2; b += HD_WG) {
-            const long i = (b / len) * 2 * len + b % len;
+    // Butterfly b of a stage pairs i and i + len, i = b with a 0 bit
+    // inserted at len's place (len a power of two: no divisions).
+    for (int len = 1; len < n; len <<= 1) {
+        for (int b = lid; b < n / 2; b += HD_WG) {
+            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
             const float u = h[i], v = h[i + len];
             h[i] = u + v;
             h[i + len] = u - v;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (long i = lid; i < n; i += HD_WG) store_f32(AT(dst, i, r.s1, r.s2, r.s3), h[i]);
+    for (int i = lid; i < n; i += HD_WG) store_f32(out + i * dst_nb.s0, h[i]);
 }
