@@ -17,7 +17,7 @@ use super::Binder;
 use crate::config;
 use crate::error::{ClContext, Result};
 use crate::ggml::types::GgmlType;
-use crate::ir::{Graph, Node, Op, TensorType, Value};
+use crate::ir::{Graph, Node, Op, Place, TensorType, Value};
 use crate::runtime::buffer::finish_event;
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use crate::runtime::Device;
@@ -226,8 +226,14 @@ fn layout(g: &Graph, device: &Device) -> Layout {
             l.counters = l.counters.max(align(counter_bytes(q)));
             l.partials = l.partials.max(partial_bytes(q, k, v, groups));
         }
-        let copies = [k, v].iter().map(|t| f16_copy_bytes(t)).sum::<u64>();
-        l.dequantized = l.dequantized.max(copies);
+        let offsets = [1, 2].map(|i| match g.output(n.inputs[i]).place {
+            Place::Bound(m) => m.offset,
+            Place::Internal => 1,
+        });
+        if !(applies(g, n, fast) && q8_blocks_read(k, v, offsets)) {
+            let copies = [k, v].iter().map(|t| f16_copy_bytes(t)).sum::<u64>();
+            l.dequantized = l.dequantized.max(copies);
+        }
     }
     l
 }
@@ -572,6 +578,53 @@ fn one_kernel(
     })
 }
 
+/// The long-cache kernel over Q8_0 K and V (`kernel_fa_long_q8_*`, the
+/// same choice of query heads a group), where it takes the node
+/// (`q8_blocks_read`).
+fn long_q8_kernel(
+    tq: &TensorType,
+    tk: &TensorType,
+    tv: &TensorType,
+    k: &Operand,
+    v: &Operand,
+) -> Option<(&'static str, i64)> {
+    if !q8_blocks_read(tk, tv, [k.offset, v.offset]) {
+        return None;
+    }
+    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
+    Some(match (k.ne[0], heads) {
+        (64, 4) => ("kernel_fa_long_q8_gqa4_d64", 4),
+        (64, 2) => ("kernel_fa_long_q8_gqa2_d64", 2),
+        (64, _) => ("kernel_fa_long_q8_d64", 1),
+        (128, 2) => ("kernel_fa_long_q8_gqa2_d128", 2),
+        (_, _) => ("kernel_fa_long_q8_d128", 1),
+    })
+}
+
+/// Whether decode attention reads Q8_0 K and V (at byte offsets `offsets`)
+/// as their blocks lie: from `POLYCL_FA_Q8_KV` positions, head sizes 64 and
+/// 128 (DK = DV), blocks packed along each row and rows 2-byte aligned (a
+/// lane loads the scale and the quants as halfwords) with strides that fit
+/// the 32 bits the kernel steps keys by, and no step kernel. The layout
+/// reserves no F16 copy for such a node.
+fn q8_blocks_read(tk: &TensorType, tv: &TensorType, offsets: [u64; 2]) -> bool {
+    let min_kv = config::get().fa_q8_kv;
+    let rows_ok = |t: &TensorType, offset: u64| {
+        t.dtype == GgmlType::Q8_0
+            && t.nb[0] == GgmlType::Q8_0.block_bytes() as u64
+            && offset.is_multiple_of(2)
+            && t.nb[1..].iter().all(|s| s.is_multiple_of(2))
+            && t.nb[1] <= u32::MAX as u64
+    };
+    min_kv > 0
+        && tk.ne[1] >= min_kv as i64
+        && rows_ok(tk, offsets[0])
+        && rows_ok(tv, offsets[1])
+        && matches!(tk.ne[0], 64 | 128)
+        && tk.ne[0] == tv.ne[0]
+        && !crate::runtime::step::wanted()
+}
+
 /// The long-cache kernel (`kernel_fa_long_*`, fa_split.cl) and the query
 /// heads a work-group of it takes, where it takes the node: a cache of at
 /// least `POLYCL_FA_LONG_KV` positions, K/V as the vector kernels read them,
@@ -618,45 +671,6 @@ fn long_kernel(
 /// `most_heads` (`POLYCL_FA_LONG_HEADS`) and 4 / (64-wide pieces of a row),
 /// so that a group's q and accumulators, one of each a head, stay within 64
 /// registers; else 1.
-/// The long-cache kernel over Q8_0 K and V (`kernel_fa_long_q8_*`, the
-/// same choice of query heads a group): from `POLYCL_FA_Q8_KV` positions,
-/// head sizes 64 and 128 (DK = DV), blocks packed along each row and rows
-/// 2-byte aligned (its lanes load the scale and the quants as halfwords)
-/// with strides that fit the 32 bits it steps keys by.
-fn long_q8_kernel(
-    tq: &TensorType,
-    tk: &TensorType,
-    tv: &TensorType,
-    k: &Operand,
-    v: &Operand,
-) -> Option<(&'static str, i64)> {
-    let min_kv = config::get().fa_q8_kv;
-    let rows_ok = |t: &TensorType, o: &Operand| {
-        t.dtype == GgmlType::Q8_0
-            && o.nb[0] == GgmlType::Q8_0.block_bytes() as u64
-            && rows_aligned(o, 2)
-            && o.nb[1] <= u32::MAX as u64
-    };
-    let ok = min_kv > 0
-        && tk.ne[1] >= min_kv as i64
-        && rows_ok(tk, k)
-        && rows_ok(tv, v)
-        && k.ne[0] == v.ne[0]
-        && !crate::runtime::step::wanted();
-    if !ok {
-        return None;
-    }
-    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
-    Some(match (k.ne[0], heads) {
-        (64, 4) => ("kernel_fa_long_q8_gqa4_d64", 4),
-        (64, 2) => ("kernel_fa_long_q8_gqa2_d64", 2),
-        (64, _) => ("kernel_fa_long_q8_d64", 1),
-        (128, 2) => ("kernel_fa_long_q8_gqa2_d128", 2),
-        (128, _) => ("kernel_fa_long_q8_d128", 1),
-        _ => return None,
-    })
-}
-
 fn long_heads(q: &TensorType, k: &TensorType, d: i64, most_heads: u32) -> i64 {
     let ratio = heads_per_kv(q, k);
     let most = (most_heads as i64).min(4 / (d / 64).max(1));
