@@ -430,6 +430,12 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             let (x, dst) = (b.operand(n.inputs[1])?, b.operand(v)?);
             let rows = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as usize;
             let scale = 1.0 / (x.ne[0] as f32).sqrt();
+            // Whole Q8_1 blocks a row, in the (contiguous) output's order.
+            let q8 = if x.ne[0] % 32 == 0 {
+                b.q8_target(v)
+            } else {
+                None
+            };
             out.push(grid(
                 b,
                 "hadamard",
@@ -439,6 +445,10 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 "hadamard",
                 |a| {
                     a.tensor(&x)?.tensor(&dst)?.f32(scale)?;
+                    match q8 {
+                        Some(t) => a.i32(1)?.ptr_out(t.mem, t.offset)?,
+                        None => a.i32(0)?.ptr_out(dst.mem, dst.offset)?,
+                    };
                     Ok(())
                 },
             )?);

@@ -4,11 +4,15 @@
 // row, as ggml_compute_forward_fwht computes it: every element times
 // 1/sqrt(n) first, then butterflies (u + v, u - v) at distances 1, 2, 4, ...,
 // so every sum is the CPU's, in its order. A work-group a row, held in local
-// memory; n a power of two up to HD_MAX (plan: `hadamard_applies`).
+// memory; n a power of two up to HD_MAX (frontend: `hadamard_applies`).
+// With has_q8, the row's Q8_1 blocks too (kernel_quantize_q8_1_fast's
+// bytes, store_q8_1_block), where the next matmul reads them (the rotation
+// of the attention's output before the O projection): one launch fewer.
 #define HD_WG 64
 #define HD_MAX 4096
 
-kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale) {
+kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale, int has_q8,
+                                __global char *q8, ulong q8_off) {
     __local float h[HD_MAX];
     const int lid = get_local_id(0);
     const int n = (int)x_ne.s0;
@@ -30,4 +34,8 @@ kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale) {
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int i = lid; i < n; i += HD_WG) store_f32(out + i * dst_nb.s0, h[i]);
+    if (has_q8) {
+        for (int b = lid; b < n / 32; b += HD_WG)
+            store_q8_1_block(h + 32 * b, q8 + q8_off + ((ulong)g * (n / 32) + b) * 36);
+    }
 }
