@@ -687,9 +687,9 @@ inline float8 fl_half8(uint4 u) {
     return vload_half8(0, (const __private half *)&u);
 }
 
-// Q8_0 caches (q8 != 0), read as they lie: a lane's 8 elements of a row
+// Q8_0 caches (kv_q8 != 0), read as they lie: a lane's 8 elements of a row
 // (64 p + 8 t) are quants 8 (t % 4) .. of block 2 p + t / 4, 34 bytes a
-// block, rows 2-byte aligned (plan/flash_attn.rs `long_q8_kernel`). Raw:
+// block, rows 2-byte aligned (plan/flash_attn.rs `q8_blocks_read`). Raw:
 // the block's scale bits, the 8 quants; float(q) * d as dequantize_row_q8_0.
 inline uint4 fl_q8_raw(const __global char *blk, int t) {
     const __global ushort *qs = (const __global ushort *)(blk + 2 + 8 * (t % 4));
