@@ -591,14 +591,7 @@ fn long_q8_kernel(
     if !q8_blocks_read(tk, tv, [k.offset, v.offset]) {
         return None;
     }
-    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
-    Some(match (k.ne[0], heads) {
-        (64, 4) => ("kernel_fa_long_q8_gqa4_d64", 4),
-        (64, 2) => ("kernel_fa_long_q8_gqa2_d64", 2),
-        (64, _) => ("kernel_fa_long_q8_d64", 1),
-        (128, 2) => ("kernel_fa_long_q8_gqa2_d128", 2),
-        (_, _) => ("kernel_fa_long_q8_d128", 1),
-    })
+    long_variant(tq, tk, k.ne[0], true)
 }
 
 /// Whether decode attention reads Q8_0 K and V (at byte offsets `offsets`)
@@ -655,15 +648,25 @@ fn long_kernel(
     if !ok {
         return None;
     }
-    let heads = long_heads(tq, tk, k.ne[0], config::get().fa_long_heads);
-    Some(match (k.ne[0], heads) {
-        (64, 4) => ("kernel_fa_long_gqa4_d64", 4),
-        (64, 2) => ("kernel_fa_long_gqa2_d64", 2),
-        (64, _) => ("kernel_fa_long_d64", 1),
-        (128, 2) => ("kernel_fa_long_gqa2_d128", 2),
-        (128, _) => ("kernel_fa_long_d128", 1),
+    long_variant(tq, tk, k.ne[0], false)
+}
+
+/// The long-cache kernel for head size `d` (64 or 128) and the query heads a
+/// group of it takes (`long_heads`), over F16 K/V or, with `q8`, Q8_0 blocks.
+fn long_variant(tq: &TensorType, tk: &TensorType, d: i64, q8: bool) -> Option<(&'static str, i64)> {
+    let heads = long_heads(tq, tk, d, config::get().fa_long_heads);
+    let ([f16, q8_0], heads) = match (d, heads) {
+        (64, 4) => (["kernel_fa_long_gqa4_d64", "kernel_fa_long_q8_gqa4_d64"], 4),
+        (64, 2) => (["kernel_fa_long_gqa2_d64", "kernel_fa_long_q8_gqa2_d64"], 2),
+        (64, _) => (["kernel_fa_long_d64", "kernel_fa_long_q8_d64"], 1),
+        (128, 2) => (
+            ["kernel_fa_long_gqa2_d128", "kernel_fa_long_q8_gqa2_d128"],
+            2,
+        ),
+        (128, _) => (["kernel_fa_long_d128", "kernel_fa_long_q8_d128"], 1),
         _ => return None,
-    })
+    };
+    Some((if q8 { q8_0 } else { f16 }, heads))
 }
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the

@@ -49,7 +49,7 @@ fn hadamard_applies(dec: &dyn Decoder, node: &NodeDesc) -> bool {
         && w.dtype == F32
         && w.ne[1] == n
         && n > 0
-        && (n & (n - 1)) == 0
+        && (n as u64).is_power_of_two()
         && n <= HADAMARD_MAX
         && x.is_contiguous()
         && node.out.ty.is_contiguous()

@@ -65,33 +65,31 @@ inline float8 cpy_q4_0_8(const __global char *blk, int c) {
     return convert_float8(convert_int8(code) - 8) * q4_0_d(blk);
 }
 
-// Stores them at out + 8c elements of `stride` bytes; packed rows at once.
-inline void cpy_store8_f32(__global char *out, ulong stride, int c, float8 v) {
-    if (stride == 4) {
+// Stores them at out + 8c elements of `stride` bytes, as F16 or F32;
+// packed rows at once.
+inline void cpy_store8(__global char *out, ulong stride, int c, float8 v, const int f16) {
+    if (f16 && stride == 2) {
+        vstore_half8_rte(v, c, (__global half *)out);
+        return;
+    }
+    if (!f16 && stride == 4) {
         vstore8(v, c, (__global float *)out);
         return;
     }
     float e[8];
     vstore8(v, 0, e);
-    for (int i = 0; i < 8; ++i) store_f32(out + (8 * c + i) * stride, e[i]);
-}
-
-inline void cpy_store8_f16(__global char *out, ulong stride, int c, float8 v) {
-    if (stride == 2) {
-        vstore_half8_rte(v, c, (__global half *)out);
-        return;
+    for (int i = 0; i < 8; ++i) {
+        __global char *p = out + (8 * c + i) * stride;
+        if (f16) store_f16(p, e[i]); else store_f32(p, e[i]);
     }
-    float e[8];
-    vstore8(v, 0, e);
-    for (int i = 0; i < 8; ++i) store_f16(out + (8 * c + i) * stride, e[i]);
 }
 
-#define CPY_Q_KERNEL(NAME, VALUES8, STORE8)                                    \
+#define CPY_Q_KERNEL(NAME, VALUES8, F16)                                       \
     kernel void NAME(CTENSOR(src), TENSOR(dst)) {                              \
         CPY_Q_BLOCK                                                            \
-        for (int c = 0; c < 4; ++c) STORE8(out, dst_nb.s0, c, VALUES8(blk, c)); \
+        for (int c = 0; c < 4; ++c) cpy_store8(out, dst_nb.s0, c, VALUES8(blk, c), F16); \
     }
-CPY_Q_KERNEL(kernel_cpy_q8_0_f32, cpy_q8_0_8, cpy_store8_f32)
-CPY_Q_KERNEL(kernel_cpy_q8_0_f16, cpy_q8_0_8, cpy_store8_f16)
-CPY_Q_KERNEL(kernel_cpy_q4_0_f32, cpy_q4_0_8, cpy_store8_f32)
-CPY_Q_KERNEL(kernel_cpy_q4_0_f16, cpy_q4_0_8, cpy_store8_f16)
+CPY_Q_KERNEL(kernel_cpy_q8_0_f32, cpy_q8_0_8, 0)
+CPY_Q_KERNEL(kernel_cpy_q8_0_f16, cpy_q8_0_8, 1)
+CPY_Q_KERNEL(kernel_cpy_q4_0_f32, cpy_q4_0_8, 0)
+CPY_Q_KERNEL(kernel_cpy_q4_0_f16, cpy_q4_0_8, 1)
