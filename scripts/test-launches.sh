@@ -15,6 +15,8 @@
 # (POLYCL_ATTN_OH=1, kernel_attn_oh_*) or by ticket (POLYCL_ATTN_O=1, plan/attn_o.rs) it must
 # be 4 a layer + 2; without matmul_norm (POLYCL_FUSE_SKIP=matmul_norm, which also turns
 # row_select off) 7 a layer + 4.
+# With a q8_0 cache it must be 7 a layer + 2 (the ropes, llama's Hadamard rotations and the
+# cache writes in one launch, the output's rotation in another), with q4_0 9 + 2.
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
 # (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V
 # projections with rope and cache writes in their epilogue
@@ -57,7 +59,8 @@ trap 'rm -f "$KERNELS"' EXIT
 launches() {
   local out
   out=$(POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
-    -m "$MDIR/tiny-q4_0-$1.gguf" --fa "$2" --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v 2>&1) ||
+    -m "$MDIR/tiny-q4_0-$1.gguf" --fa "$2" --prompt-tokens 8 -b 16 -n 4 -t 1 --dev POLYCL0 -v \
+    ${CACHE_ARGS:-} 2>&1) ||
     { echo "$out" | tail -n 20 >&2; die "generation with $1 layers, fa $2 failed"; }
   echo "$out" | sed -n 's/.*: launches: //p' | tail -n 1 >"$KERNELS"
   echo "$out" | sed -n 's/.*graph compute: \([0-9]*\) launches.*/\1/p' | tail -n 1
@@ -105,6 +108,25 @@ echo "POLYCL_ATTN_O=1, fa on: decode step launches: 2 layers $n2, 6 layers $n6"
 if [[ -z "$n2" || -z "$n6" ]] || (( (n6 - n2) != 16 || n2 > 10 )); then
   echo "FAIL: with POLYCL_ATTN_O=1, not 4 launches per layer + 2"; fail=1
 fi
+# Quantized KV caches: llama rotates q, k and v by the Hadamard matrix before the cache writes
+# and the attention's output after it; the ropes, the three rotations and both cache writes
+# are one launch (kernel_rope_rot_store_f32, passes/fuse/rope_rot_store.rs), the output's
+# rotation another (it writes the O projection's Q8_1 activation): 7 a layer + 2. A q4_0 cache
+# takes two more, the F16 copies of K and V that its attention reads (kernel_cpy_q4_0_f16).
+for c in q8_0 q4_0; do
+  per=7
+  [[ $c == q4_0 ]] && per=9
+  n2=$(CACHE_ARGS="--ctk $c --ctv $c" launches 2 on)
+  n6=$(CACHE_ARGS="--ctk $c --ctv $c" launches 6 on)
+  grep -qw kernel_rope_rot_store_f32 "$KERNELS" || { echo "FAIL: $c cache runs no kernel_rope_rot_store_f32"; fail=1; }
+  if grep -qE 'kernel_(rope_norm|set_rows)_' "$KERNELS"; then
+    echo "FAIL: $c cache runs a rope or cache write of its own"; fail=1
+  fi
+  echo "$c cache, fa on: decode step launches: 2 layers $n2, 6 layers $n6"
+  if [[ -z "$n2" || -z "$n6" ]] || (( (n6 - n2) != 4 * per || n2 > 2 * per + 2 )); then
+    echo "FAIL: with a $c cache, not $per launches per layer + 2"; fail=1
+  fi
+done
 # Without matmul_norm: a norm kernel a sublayer again, and no matvec + norm kernel.
 n2=$(POLYCL_FUSE_SKIP=matmul_norm launches 2 on)
 n6=$(POLYCL_FUSE_SKIP=matmul_norm launches 6 on)

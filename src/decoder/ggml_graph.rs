@@ -3,9 +3,12 @@
 //! every in-tree backend does.
 //!
 //! Every node is a result (the host may read it after the compute) except
-//! those ggml itself would let a backend fuse away (`ggml_node_has_n_uses`):
-//! every use ggml counted when it built the graph is a src of a node here,
-//! and the node is not flagged OUTPUT, not a view and not the last node.
+//! those ggml itself would let a backend fuse away (`ggml_node_has_n_uses`,
+//! `ggml_can_fuse_subgraph_ext`): every use ggml counted when it built the
+//! graph is a src of a node here, and the node is not flagged OUTPUT and not
+//! the last node. A view is no exception, as in ggml's subgraph rule: who
+//! else reads its source is a fact of the IR (the source's other users, or
+//! the source a result itself), which the passes check.
 //! The graph handed over is often a view of a larger one (one split of the
 //! scheduler's), whose use counts it shares, so a reader in another split
 //! keeps the node a result.
@@ -61,7 +64,6 @@ unsafe fn ggml_use_count(g: &ggml_cgraph, t: *const ggml_tensor) -> Option<i32> 
 unsafe fn used_only_here(g: &ggml_cgraph, i: usize, t: &ggml_tensor, uses_here: i32) -> bool {
     uses_here > 0
         && t.flags & TENSOR_FLAG_OUTPUT == 0
-        && t.view_src.is_null()
         && i + 1 < g.n_nodes.max(0) as usize
         // SAFETY: caller's guarantees.
         && unsafe { ggml_use_count(g, t) } == Some(uses_here)

@@ -7,4 +7,4 @@ pub mod op;
 pub mod verify;
 
 pub use graph::{Graph, MemRef, Node, NodeId, Output, Place, TensorType, Value};
-pub use op::{BinaryOp, GluKind, GroupRope, Op, RopeMode, RopeParams, UnaryOp};
+pub use op::{BinaryOp, GluKind, GroupRope, Op, RopeMode, RopeParams, RopeRot, UnaryOp};

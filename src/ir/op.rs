@@ -115,6 +115,13 @@ pub enum Op {
     /// v_rows, (freq factors,) x]; outputs: [w_0 x, w_1 x, w_2 x, rope(q),
     /// rope(k), k_cache updated, v_cache updated].
     MulMatGroupRope(GroupRope),
+    /// Rope of Q and K, llama's Hadamard rotations of Q, K (and V) and the K
+    /// and V cache writes of one attention layer (quantized KV caches).
+    /// inputs: [q, k, positions, k_cache, k_rows, v, v_cache, v_rows] (+ freq
+    /// factors), v the rotation's input (or the V rows where V is not
+    /// rotated); outputs: [rope(q), rot(q), rope(k), rot(k), k_cache
+    /// updated, (rot(v),) v_cache updated], all written but those `dead`.
+    RopeRotStore(RopeRot),
     /// A decode matmul, the residual add after it and the FusedRmsNorm of
     /// the sum. inputs: [w, res, norm weight, x]; outputs: [w x, normed *
     /// weight, normed, w x + res]. normed * weight exists only as its Q8_1
@@ -138,6 +145,19 @@ pub struct GroupRope {
     pub rope: RopeParams,
     /// Matrix index (0..3) of Q, K, V.
     pub roles: [u8; 3],
+}
+
+/// The rope and the rotation widths of a RopeRotStore.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeRot {
+    pub rope: RopeParams,
+    /// Rows of the rotation of Q and K (a power of two dividing a head row).
+    pub qk_width: i32,
+    /// Rows of V's rotation; 1 where V is not rotated.
+    pub v_width: i32,
+    /// Outputs left unwritten (passes/fuse/rope_rot_store.rs DEAD_*): only
+    /// the fused members read them.
+    pub dead: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +260,7 @@ impl Op {
             Op::MulMatGlu { .. } => "MulMatGlu",
             Op::RopeStore(_) => "RopeStore",
             Op::MulMatGroupRope(_) => "MulMatGroupRope",
+            Op::RopeRotStore(_) => "RopeRotStore",
             Op::MulMatAddNorm { .. } => "MulMatAddRmsNorm",
             Op::MulMatNormed => "MulMatNormed",
         }
@@ -284,6 +305,10 @@ impl Op {
             }
             Op::MulMatGroupRope(p) => {
                 let n = 9 + p.rope.has_freq_factors as usize;
+                n..=n
+            }
+            Op::RopeRotStore(p) => {
+                let n = 8 + p.rope.has_freq_factors as usize;
                 n..=n
             }
             Op::MulMatAddNorm { .. } | Op::MulMatNormed => 4..=4,

@@ -426,6 +426,7 @@ pub fn resolve(g: &Graph, env: &Env) -> Result<Resolved> {
             | Op::MulMatGlu { .. }
             | Op::RopeStore(_)
             | Op::MulMatGroupRope(_)
+            | Op::RopeRotStore(_)
             | Op::MulMatAddNorm { .. }
             | Op::MulMatNormed => {
                 return Err(bad(format!(

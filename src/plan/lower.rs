@@ -461,6 +461,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         Op::MulMatGlu { kind } => super::fused_matmul::lower_glu(b, id, n, *kind, out),
         Op::RopeStore(p) => super::rope_store::lower(b, id, n, p, out),
         Op::MulMatGroupRope(p) => super::group_rope::lower(b, id, n, p, out),
+        Op::RopeRotStore(p) => super::rope_rot_store::lower(b, id, n, p, out),
         Op::MulMatAddNorm { eps } => super::matmul_norm::lower(b, id, n, *eps, out),
         Op::MulMatNormed => super::matmul_norm::lower_normed(b, id, n, out),
         Op::FlashAttn {

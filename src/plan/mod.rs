@@ -15,6 +15,7 @@ pub mod mul_mat;
 pub mod mul_mv;
 pub mod q8_cache;
 pub mod request;
+pub mod rope_rot_store;
 pub mod rope_store;
 
 use crate::error::{Error, Result};

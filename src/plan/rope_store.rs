@@ -15,7 +15,7 @@ const VR_I64: i32 = 8;
 const NEOX: i32 = 16;
 
 fn bad(n: &Node, why: &str) -> Error {
-    Error::InvalidGraph(format!("RopeStore '{}': {why}", n.name))
+    Error::InvalidGraph(format!("{} '{}': {why}", n.op.kind(), n.name))
 }
 
 pub fn lower(
@@ -50,7 +50,7 @@ pub fn lower(
     // The K cache source is rope(k) reshaped: the K vals node is gone after
     // fusion, so its shape is recovered from the cache write: rows of the
     // cache's width, as many as rope(k) holds.
-    let kv_ne = k_vals_shape(n, &k.ne, &kc.ne)?;
+    let kv_ne = cache_rows_shape(n, &k.ne, &kc.ne)?;
 
     let pairs = |ne: &[i64; 4]| (ne[0] / 2) * ne[1] * ne[2] * ne[3];
     let total = pairs(&q.ne) + pairs(&k.ne) + v.ne.iter().product::<i64>();
@@ -82,16 +82,19 @@ pub(super) fn flags(n: &Node, p: &RopeParams, types: [GgmlType; 4]) -> Result<i3
         F32 => Ok(0),
         _ => Err(bad(n, "cache type is neither F16 nor F32")),
     };
+    let [kc, kr, vc, vr] = types;
+    Ok(cache_flag(kc, KC_F16)? | cache_flag(vc, VC_F16)? | index_flags(n, p, kr, vr)?)
+}
+
+/// The flag bits of the K and V row indices' types and the rope's mode
+/// (shared with rope_rot_store.rs, whose caches are typed apart).
+pub(super) fn index_flags(n: &Node, p: &RopeParams, kr: GgmlType, vr: GgmlType) -> Result<i32> {
     let rows_flag = |t, i64| match t {
         I64 => Ok(i64),
         I32 => Ok(0),
         _ => Err(bad(n, "row indices are neither I64 nor I32")),
     };
-    let [kc, kr, vc, vr] = types;
-    let mut flags = cache_flag(kc, KC_F16)?
-        | cache_flag(vc, VC_F16)?
-        | rows_flag(kr, KR_I64)?
-        | rows_flag(vr, VR_I64)?;
+    let mut flags = rows_flag(kr, KR_I64)? | rows_flag(vr, VR_I64)?;
     if p.mode == RopeMode::Neox {
         flags |= NEOX;
     }
@@ -112,13 +115,14 @@ pub(super) fn bind_rope(a: &mut ArgBinder, flags: i32, p: &RopeParams) -> Result
     Ok(())
 }
 
-/// The shape of the K rows written to the cache, [cache width, rows, 1, 1]:
-/// the only K source shape the pass fuses (llama's reshape_2d of rope(k)).
-fn k_vals_shape(n: &Node, k_ne: &[i64; 4], kc_ne: &[i64; 4]) -> Result<[i64; 4]> {
+/// The shape of the K (or V) rows written to the cache, [cache width, rows,
+/// 1, 1]: the only source shape the passes fuse (llama's reshape_2d of
+/// rope(k) or of a rotation).
+pub(super) fn cache_rows_shape(n: &Node, k_ne: &[i64; 4], kc_ne: &[i64; 4]) -> Result<[i64; 4]> {
     let elems: i64 = k_ne.iter().product();
     let width = kc_ne[0];
     if width <= 0 || elems % width != 0 {
-        return Err(bad(n, "rope(k) does not split into cache rows"));
+        return Err(bad(n, "the rows written do not split into cache rows"));
     }
     Ok([width, elems / width, 1, 1])
 }

@@ -112,6 +112,15 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         &[COMMON, include_str!("kernels/rope_store.cl")],
     ),
     (
+        "rope_rot_store",
+        &[
+            COMMON,
+            include_str!("kernels/rope_store.cl"),
+            include_str!("kernels/set_rows.cl"),
+            include_str!("kernels/rope_rot_store.cl"),
+        ],
+    ),
+    (
         "group_rope",
         &[
             COMMON,
@@ -133,6 +142,7 @@ const BY_ADDRESS: &[&str] = &[
     "group_rope",
     "fused_norm",
     "rope_store",
+    "rope_rot_store",
     "fa_split",
     "fa_gqa",
     "attn_o",
@@ -174,6 +184,7 @@ pub const PACKED: &[&str] = &[
     "kernel_mul_mv_norm_q4_k",
     "kernel_mul_mv_norm_q6_k",
     "kernel_rope_store_f32",
+    "kernel_rope_rot_store_f32",
     "kernel_fa_split",
     "kernel_fa_vec",
     "kernel_fa_vec_d128",

@@ -9,13 +9,15 @@
 //! norm's row, the lm head's MulMatNormed writes it and takes its place
 //! among the results). So fusing never changes what a graph computes, only
 //! how many launches it takes. The planner lowers the fused
-//! ops (plan/fused_*.rs, plan/rope_store.rs, plan/matmul_norm.rs).
+//! ops (plan/fused_*.rs, plan/rope_store.rs, plan/rope_rot_store.rs,
+//! plan/matmul_norm.rs).
 
 pub mod group_rope;
 pub mod matmul_glu;
 pub mod matmul_group;
 pub mod matmul_norm;
 pub mod rms_norm;
+pub mod rope_rot_store;
 pub mod rope_store;
 pub mod row_select;
 
@@ -29,6 +31,7 @@ pub struct Fused {
     pub matmul_group: usize,
     pub matmul_glu: usize,
     pub rope_store: usize,
+    pub rope_rot_store: usize,
     pub group_rope: usize,
     pub matmul_norm: usize,
 }
@@ -41,6 +44,7 @@ pub const NAMES: &[&str] = &[
     "matmul_glu",
     "matmul_group",
     "rope_store",
+    "rope_rot_store",
     "group_rope",
     "matmul_norm",
 ];
@@ -78,6 +82,7 @@ pub fn run_for(g: &mut Graph, widest: usize) -> Fused {
         matmul_glu: pass("matmul_glu", matmul_glu::run),
         matmul_group: pass("matmul_group", matmul_group::run),
         rope_store: pass("rope_store", rope_store::run),
+        rope_rot_store: pass("rope_rot_store", rope_rot_store::run),
         group_rope: pass("group_rope", group_rope::run),
         matmul_norm: pass("matmul_norm", matmul_norm::run),
     }

@@ -16,54 +16,64 @@
 //! views between them, so no other node changes sides.
 
 use super::{overlap, span, Span};
-use crate::ggml::types::GgmlType::{F16, F32, I32, I64};
+use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64};
 use crate::ir::{Graph, NodeId, Op, Place, RopeParams, Value};
 
 /// Fuses every match; returns how many.
 pub fn run(g: &mut Graph) -> usize {
+    fuse_matches(g, try_match, "rope+store")
+}
+
+/// A match of this pass or of rope_rot_store: the members in the fused
+/// node's port order, the K write by which `fuse_matches` remembers a
+/// refusal, and the member that names the fused node.
+pub(super) struct Match {
+    pub members: Vec<NodeId>,
+    pub k_write: NodeId,
+    pub named_by: NodeId,
+    pub op: Op,
+    pub inputs: Vec<Value>,
+}
+
+/// Fuses every match `try_match` finds from a K write; returns how many.
+pub(super) fn fuse_matches(
+    g: &mut Graph,
+    try_match: fn(&Graph, NodeId) -> Option<Match>,
+    label: &str,
+) -> usize {
     let mut fused = 0;
     let mut refused: Vec<NodeId> = Vec::new();
     // Ids change with each fusion, so the search starts over after one; a
     // refused K write is remembered by its node, whose id only shifts when a
     // fusion happens, so the list is cleared then.
+    let find = |g: &Graph, refused: &[NodeId]| {
+        (0..g.nodes.len())
+            .filter(|w| !refused.contains(w))
+            .find_map(|w| try_match(g, w))
+    };
     while let Some(m) = find(g, &refused) {
-        let name = g.nodes[m.members[1]].name.clone();
-        // The K write reads rope(k) through a RESHAPE view between the
-        // members; the view is no input of the fused node (the kernel takes
-        // those rows from registers), so Graph::fuse sees no cycle.
-        let wk = m.members[2];
-        if g.fuse(&m.members, m.op, m.inputs, format!("{name} (rope+store)"))
-            .is_some()
-        {
+        let name = format!("{} ({label})", g.nodes[m.named_by].name);
+        // The K write reads rope(k) (or its rotation) through RESHAPE views
+        // between the members; the views are no inputs of the fused node
+        // (the kernel takes those rows from registers or local memory), so
+        // Graph::fuse sees no cycle.
+        if g.fuse(&m.members, m.op, m.inputs, name).is_some() {
             fused += 1;
             refused.clear();
         } else {
-            refused.push(wk);
+            refused.push(m.k_write);
         }
     }
     fused
 }
 
-struct Match {
-    /// [rope_q, rope_k, write_k, write_v]
-    members: [NodeId; 4],
-    op: Op,
-    inputs: Vec<Value>,
-}
-
-fn find(g: &Graph, refused: &[NodeId]) -> Option<Match> {
-    (0..g.nodes.len())
-        .filter(|w| !refused.contains(w))
-        .find_map(|w| try_match(g, w))
-}
-
-fn bound(g: &Graph, v: Value) -> bool {
+pub(super) fn bound(g: &Graph, v: Value) -> bool {
     matches!(g.output(v).place, Place::Bound(_))
 }
 
 /// Rope params and inputs the kernel handles: F32 in and out, I32 positions,
 /// F32 factors, an even rotated width within an even row.
-fn rope_ok(g: &Graph, r: NodeId) -> Option<RopeParams> {
+pub(super) fn rope_ok(g: &Graph, r: NodeId) -> Option<RopeParams> {
     let n = &g.nodes[r];
     let Op::Rope(p) = n.op else { return None };
     let x = g.ty(n.inputs[0]);
@@ -88,13 +98,20 @@ fn rope_ok(g: &Graph, r: NodeId) -> Option<RopeParams> {
 /// A ScatterRows the kernel handles: F32 rows into an F16/F32 destination of
 /// the same width, I64/I32 indices, static shapes, ggml's broadcast rule.
 fn scatter_ok(g: &Graph, s: NodeId) -> bool {
+    scatter_into(g, s, &[F16, F32])
+}
+
+/// `scatter_ok` for a destination of one of `types` (Q8_0 and Q4_0 rows
+/// whole blocks wide, rope_rot_store.rs).
+pub(super) fn scatter_into(g: &Graph, s: NodeId, types: &[GgmlType]) -> bool {
     let n = &g.nodes[s];
     if n.op != Op::ScatterRows || n.outputs.len() != 1 {
         return false;
     }
     let (dst, vals, idx) = (g.ty(n.inputs[0]), g.ty(n.inputs[1]), g.ty(n.inputs[2]));
     let out = &n.outputs[0].ty;
-    matches!(dst.dtype, F16 | F32)
+    types.contains(&dst.dtype)
+        && (!dst.dtype.is_quantized() || dst.ne[0] % dst.dtype.block_elems() as i64 == 0)
         && out == dst
         && vals.dtype == F32
         && matches!(idx.dtype, I64 | I32)
@@ -113,7 +130,7 @@ fn scatter_ok(g: &Graph, s: NodeId) -> bool {
 }
 
 /// The Rope node whose output `v` is, through RESHAPE views.
-fn rope_source(g: &Graph, v: Value) -> Option<NodeId> {
+pub(super) fn rope_source(g: &Graph, v: Value) -> Option<NodeId> {
     let s = g.reshaped_source(v);
     (s.port == 0 && matches!(g.nodes[s.node].op, Op::Rope(_))).then_some(s.node)
 }
@@ -173,7 +190,9 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
         return None;
     }
     Some(Match {
-        members,
+        members: members.to_vec(),
+        k_write: wk,
+        named_by: rk,
         op: Op::RopeStore(p),
         inputs,
     })
@@ -192,7 +211,7 @@ fn users_of_view(g: &Graph, v: NodeId) -> impl Iterator<Item = NodeId> + '_ {
 }
 
 /// The node satisfying `ok` closest to `at` (earlier one on a tie).
-fn nearest(n: usize, at: NodeId, ok: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+pub(super) fn nearest(n: usize, at: NodeId, ok: impl Fn(NodeId) -> bool) -> Option<NodeId> {
     (1..n).find_map(|d| {
         let before = at.checked_sub(d).filter(|&i| ok(i));
         before.or_else(|| Some(at + d).filter(|&i| i < n && ok(i)))
