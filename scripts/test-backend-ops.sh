@@ -60,7 +60,7 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       # 12 query heads share a KV head; other head sizes the vector kernels. Q8_0 caches go to
       # the long-cache kernels that read their blocks (POLYCL_FA_Q8_KV, every length by
       # default), Q4_0 ones through their F16 copies (kernel_cpy_q4_0_f16).
-      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa4_d64 kernel_fa_long_gqa2_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_fa_long_q8_d64 kernel_fa_long_q8_gqa4_d64 kernel_cpy_q4_0_f16 buffers.by.address" ;;
+      FLASH_ATTN_EXT:fast) want="kernel_fa_short_d64 kernel_fa_short_d128 kernel_fa_long_d64 kernel_fa_long_d128 kernel_fa_long_gqa4_d64 kernel_fa_long_gqa2_d128 kernel_fa_vec_d64 kernel_fa_vec_d128 kernel_fa_long_q8_d64 kernel_fa_long_q8_gqa4_d64 kernel_fa_long_q4_d64 kernel_fa_long_q4_gqa4_d64 kernel_cpy_q4_0_f16 buffers.by.address" ;;
       # One chunk a head: up to 256 positions (POLYCL_FA_ONE_KV) one group a head takes the
       # whole cache, longer ones the vector kernels' 256-position chunks where the long-cache
       # kernel does not take them (from 512 positions below, at head sizes 64 and 128, its

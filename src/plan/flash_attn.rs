@@ -230,7 +230,7 @@ fn layout(g: &Graph, device: &Device) -> Layout {
             Place::Bound(m) => m.offset,
             Place::Internal => 1,
         });
-        if !(applies(g, n, fast) && q8_blocks_read(k, v, offsets)) {
+        if !(applies(g, n, fast) && blocks_read(k, v, offsets)) {
             let copies = [k, v].iter().map(|t| f16_copy_bytes(t)).sum::<u64>();
             l.dequantized = l.dequantized.max(copies);
         }
@@ -368,11 +368,11 @@ pub fn lower_split(
     // Quantized K/V only where the long-cache kernel reads them as they lie;
     // every other kernel takes the F16 copy (`dequantized`), so leave the
     // node to the caller for it.
-    let long_q8 = long_q8_kernel(tq, tk, tv, &k, &v);
-    if (tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16) && long_q8.is_none() {
+    let long_blocks = long_blocks_kernel(tq, tk, tv, &k, &v);
+    if (tk.dtype != GgmlType::F16 || tv.dtype != GgmlType::F16) && long_blocks.is_none() {
         return Ok(false);
     }
-    let short = match long_q8 {
+    let short = match long_blocks {
         Some(_) => None,
         None => short_kernel(b, tk, tv, &k, &v),
     };
@@ -390,7 +390,7 @@ pub fn lower_split(
         None => cols_applies(b, fa, [tq, tk, tv]),
     };
     let long = match (short, cols) {
-        (None, None) => long_q8.or_else(|| long_kernel(tq, tk, tv, &k, &v)),
+        (None, None) => long_blocks.or_else(|| long_kernel(tq, tk, tv, &k, &v)),
         _ => None,
     };
     let gqa = match (short, long, cols) {
@@ -578,33 +578,34 @@ fn one_kernel(
     })
 }
 
-/// The long-cache kernel over Q8_0 K and V (`kernel_fa_long_q8_*`, the
-/// same choice of query heads a group), where it takes the node
-/// (`q8_blocks_read`).
-fn long_q8_kernel(
+/// The long-cache kernel over Q8_0 or Q4_0 K and V (`kernel_fa_long_q8_*`,
+/// `kernel_fa_long_q4_*`, the same choice of query heads a group), where it
+/// takes the node (`blocks_read`).
+fn long_blocks_kernel(
     tq: &TensorType,
     tk: &TensorType,
     tv: &TensorType,
     k: &Operand,
     v: &Operand,
 ) -> Option<(&'static str, i64)> {
-    if !q8_blocks_read(tk, tv, [k.offset, v.offset]) {
+    if !blocks_read(tk, tv, [k.offset, v.offset]) {
         return None;
     }
-    long_variant(tq, tk, k.ne[0], true)
+    long_variant(tq, tk, k.ne[0], tk.dtype)
 }
 
-/// Whether decode attention reads Q8_0 K and V (at byte offsets `offsets`)
-/// as their blocks lie: from `POLYCL_FA_Q8_KV` positions, head sizes 64 and
-/// 128 (DK = DV), blocks packed along each row and rows 2-byte aligned (a
-/// lane loads the scale and the quants as halfwords) with strides that fit
-/// the 32 bits the kernel steps keys by, and no step kernel. The layout
-/// reserves no F16 copy for such a node.
-fn q8_blocks_read(tk: &TensorType, tv: &TensorType, offsets: [u64; 2]) -> bool {
+/// Whether decode attention reads Q8_0 or Q4_0 K and V (one type, at byte
+/// offsets `offsets`) as their blocks lie: from `POLYCL_FA_Q8_KV`
+/// positions, head sizes 64 and 128 (DK = DV), blocks packed along each row
+/// and rows 2-byte aligned (a lane loads the scale and the quants as
+/// halfwords) with strides that fit the 32 bits the kernel steps keys by,
+/// and no step kernel. The layout reserves no F16 copy for such a node.
+fn blocks_read(tk: &TensorType, tv: &TensorType, offsets: [u64; 2]) -> bool {
     let min_kv = config::get().fa_q8_kv;
     let rows_ok = |t: &TensorType, offset: u64| {
-        t.dtype == GgmlType::Q8_0
-            && t.nb[0] == GgmlType::Q8_0.block_bytes() as u64
+        matches!(t.dtype, GgmlType::Q8_0 | GgmlType::Q4_0)
+            && t.dtype == tk.dtype
+            && t.nb[0] == t.dtype.block_bytes() as u64
             && offset.is_multiple_of(2)
             && t.nb[1..].iter().all(|s| s.is_multiple_of(2))
             && t.nb[1] <= u32::MAX as u64
@@ -648,26 +649,62 @@ fn long_kernel(
     if !ok {
         return None;
     }
-    long_variant(tq, tk, k.ne[0], false)
+    long_variant(tq, tk, k.ne[0], GgmlType::F16)
 }
 
 /// The long-cache kernel for head size `d` (64 or 128) and the query heads a
-/// group of it takes (`long_heads`), over F16 K/V or, with `q8`, Q8_0 blocks.
-fn long_variant(tq: &TensorType, tk: &TensorType, d: i64, q8: bool) -> Option<(&'static str, i64)> {
+/// group of it takes (`long_heads`), over K/V of `kv` (F16, Q8_0 or Q4_0).
+fn long_variant(
+    tq: &TensorType,
+    tk: &TensorType,
+    d: i64,
+    kv: GgmlType,
+) -> Option<(&'static str, i64)> {
     let heads = long_heads(tq, tk, d, config::get().fa_long_heads);
-    let ([f16, q8_0], heads) = match (d, heads) {
-        (64, 4) => (["kernel_fa_long_gqa4_d64", "kernel_fa_long_q8_gqa4_d64"], 4),
-        (64, 2) => (["kernel_fa_long_gqa2_d64", "kernel_fa_long_q8_gqa2_d64"], 2),
-        (64, _) => (["kernel_fa_long_d64", "kernel_fa_long_q8_d64"], 1),
-        (128, 2) => (
-            ["kernel_fa_long_gqa2_d128", "kernel_fa_long_q8_gqa2_d128"],
-            2,
-        ),
-        (128, _) => (["kernel_fa_long_d128", "kernel_fa_long_q8_d128"], 1),
+    let (names, heads) = match (d, heads) {
+        (64, 4) => (LONG_GQA4_D64, 4),
+        (64, 2) => (LONG_GQA2_D64, 2),
+        (64, _) => (LONG_D64, 1),
+        (128, 2) => (LONG_GQA2_D128, 2),
+        (128, _) => (LONG_D128, 1),
         _ => return None,
     };
-    Some((if q8 { q8_0 } else { f16 }, heads))
+    let [f16, q8_0, q4_0] = names;
+    let name = match kv {
+        GgmlType::F16 => f16,
+        GgmlType::Q8_0 => q8_0,
+        GgmlType::Q4_0 => q4_0,
+        _ => return None,
+    };
+    Some((name, heads))
 }
+
+/// The long-cache kernels of one shape over F16, Q8_0 and Q4_0 K/V.
+const LONG_D64: [&str; 3] = [
+    "kernel_fa_long_d64",
+    "kernel_fa_long_q8_d64",
+    "kernel_fa_long_q4_d64",
+];
+const LONG_GQA2_D64: [&str; 3] = [
+    "kernel_fa_long_gqa2_d64",
+    "kernel_fa_long_q8_gqa2_d64",
+    "kernel_fa_long_q4_gqa2_d64",
+];
+const LONG_GQA4_D64: [&str; 3] = [
+    "kernel_fa_long_gqa4_d64",
+    "kernel_fa_long_q8_gqa4_d64",
+    "kernel_fa_long_q4_gqa4_d64",
+];
+const LONG_D128: [&str; 3] = [
+    "kernel_fa_long_d128",
+    "kernel_fa_long_q8_d128",
+    "kernel_fa_long_q4_d128",
+];
+const LONG_GQA2_D128: [&str; 3] = [
+    "kernel_fa_long_gqa2_d128",
+    "kernel_fa_long_q8_gqa2_d128",
+    "kernel_fa_long_q4_gqa2_d128",
+];
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the
 /// most of 4 and 2 that divides the G query heads of a KV head, at most

@@ -687,10 +687,17 @@ inline float8 fl_half8(uint4 u) {
     return vload_half8(0, (const __private half *)&u);
 }
 
-// Q8_0 caches (kv_q8 != 0), read as they lie: a lane's 8 elements of a row
-// (64 p + 8 t) are quants 8 (t % 4) .. of block 2 p + t / 4, 34 bytes a
-// block, rows 2-byte aligned (plan/flash_attn.rs `q8_blocks_read`). Raw:
-// the block's scale bits, the 8 quants; float(q) * d as dequantize_row_q8_0.
+// Quantized caches, read as they lie (plan/flash_attn.rs `blocks_read`):
+// `kv` FL_Q8_0 or FL_Q4_0 (FL_F16: 16-byte rows of halves). A lane's 8
+// elements of a row (64 p + 8 t) lie in block 2 p + t / 4, rows 2-byte
+// aligned, so a lane loads the block's scale and its quants as halfwords.
+// Raw: the scale bits, 8 bytes of quants, (Q4_0) the nibbles' shift.
+#define FL_F16 0
+#define FL_Q8_0 1
+#define FL_Q4_0 2
+
+// Q8_0, 34 bytes a block: quants 8 (t % 4) ..; float(q) * d as
+// dequantize_row_q8_0.
 inline uint4 fl_q8_raw(const __global char *blk, int t) {
     const __global ushort *qs = (const __global ushort *)(blk + 2 + 8 * (t % 4));
     return (uint4)(*(const __global ushort *)blk, qs[0] | ((uint)qs[1] << 16),
@@ -702,7 +709,38 @@ inline float8 fl_q8_8(uint4 u) {
     return convert_float8(as_char8((uint2)(u.y, u.z))) * vload_half(0, (const __private half *)&d);
 }
 
-inline float8 fl_row8(uint4 u, const int q8) { return q8 ? fl_q8_8(u) : fl_half8(u); }
+// Q4_0, 18 bytes a block: elements 8 (t % 4) .. are the low nibbles (t % 4
+// < 2) or high nibbles of bytes 8 (t % 2) ..; (q - 8) * d as
+// dequantize_row_q4_0.
+inline uint4 fl_q4_raw(const __global char *blk, int t) {
+    const __global ushort *qs = (const __global ushort *)(blk + 2 + 8 * (t % 2));
+    return (uint4)(*(const __global ushort *)blk, qs[0] | ((uint)qs[1] << 16),
+                   qs[2] | ((uint)qs[3] << 16), t % 4 < 2 ? 0u : 4u);
+}
+
+inline float8 fl_q4_8(uint4 u) {
+    const ushort d = (ushort)u.x;
+    const uchar8 b = as_uchar8((uint2)(u.y, u.z));
+    const uchar8 q = (b >> (uchar8)((uchar)u.w)) & (uchar8)((uchar)15);
+    return (convert_float8(q) - 8.0f) * vload_half(0, (const __private half *)&d);
+}
+
+// Bytes of a quantized block (a row's 32 elements).
+inline int fl_block_bytes(const int kv) { return kv == FL_Q8_0 ? 34 : 18; }
+
+// A lane's 8 elements of piece p of the row at `row` (at its first block
+// for a quantized cache, its byte 16 t for F16), raw.
+inline uint4 fl_raw(const __global char *row, int p, int t, const int kv) {
+    if (kv == FL_Q8_0) return fl_q8_raw(row + 68 * p, t);
+    if (kv == FL_Q4_0) return fl_q4_raw(row + 36 * p, t);
+    return *(const __global uint4 *)(row + 128 * p);
+}
+
+inline float8 fl_row8(uint4 u, const int kv) {
+    if (kv == FL_Q8_0) return fl_q8_8(u);
+    if (kv == FL_Q4_0) return fl_q4_8(u);
+    return fl_half8(u);
+}
 
 // Query heads h .. h + heads - 1 (all of KV head hk), query iq, chunk c.
 inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask,
@@ -710,7 +748,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
                          int chunk, int n_chunks, int c, float scale, float softcap,
                          float max_bias, float m0, float m1, uint n_head_log2, long iq, long h,
                          long hk, long z, TENSOR(dst), int has_q8, __global char *q8,
-                         ulong q8_off, const int pieces, const int heads, const int kv_q8,
+                         ulong q8_off, const int pieces, const int heads, const int kv,
                          __local float *red,
                          __local float *wstate, __local float *accs, __local int *last) {
     const int l = get_local_id(0), warp = l / 32, run = l / FL_LK, t = l % FL_LK;
@@ -760,17 +798,13 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
         for (int i = 0; i < FL_LK; ++i) {
             // Past the chunk's end: its last row again, in bounds, dropped below.
             const uint j = (uint)min(t0 + run * FL_LK + i, nk - 1);
-            const __global char *kr = kr0 + (ulong)j * ks + (kv_q8 ? 34 * (t / 4) : 16 * t);
-            const __global char *vr = vr0 + (ulong)j * vs + (kv_q8 ? 34 * (t / 4) : 16 * t);
+            const uint lane = kv == FL_F16 ? 16 * t : fl_block_bytes(kv) * (t / 4);
+            const __global char *kr = kr0 + (ulong)j * ks + lane;
+            const __global char *vr = vr0 + (ulong)j * vs + lane;
 #pragma unroll
             for (int p = 0; p < pieces; ++p) {
-                if (kv_q8) {
-                    kraw[i][p] = fl_q8_raw(kr + 68 * p, t);
-                    vraw[i][p] = fl_q8_raw(vr + 68 * p, t);
-                } else {
-                    kraw[i][p] = *(const __global uint4 *)(kr + 128 * p);
-                    vraw[i][p] = *(const __global uint4 *)(vr + 128 * p);
-                }
+                kraw[i][p] = fl_raw(kr, p, t, kv);
+                vraw[i][p] = fl_raw(vr, p, t, kv);
             }
         }
         const int jm = t0 + l;
@@ -786,7 +820,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
         for (int i = 0; i < FL_LK; ++i) {
             float8 kk[FL_PIECES];
 #pragma unroll
-            for (int p = 0; p < pieces; ++p) kk[p] = fl_row8(kraw[i][p], kv_q8);
+            for (int p = 0; p < pieces; ++p) kk[p] = fl_row8(kraw[i][p], kv);
 #pragma unroll
             for (int g = 0; g < heads; ++g) {
                 float a = 0.0f;
@@ -832,7 +866,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
                 if (pk[g][i] != 0.0f) {
 #pragma unroll
                     for (int p = 0; p < pieces; ++p)
-                        acc[g][p] += pk[g][i] * fl_row8(vraw[i][p], kv_q8);
+                        acc[g][p] += pk[g][i] * fl_row8(vraw[i][p], kv);
                 }
             }
         }
@@ -887,7 +921,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
 }
 
 #if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
-#define FL_KERNEL(NAME, PIECES, HEADS, KV_Q8)                                               \
+#define FL_KERNEL(NAME, PIECES, HEADS, KV)                                               \
 kernel void NAME(FA_SPLIT_ARGS) {                                                           \
     FA_SPLIT_UNPACK                                                                         \
     LOCAL_ARRAY(float, red, FL_WG);                                                         \
@@ -902,21 +936,26 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
                  mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk, \
                  n_chunks, c, scale, softcap, max_bias, m0, m1, n_head_log2, iq, h,         \
                  h / (q_ne.s2 / k_ne.s2), z, dst, dst_off, dst_ne, dst_nb, has_q8, q8,      \
-                 q8_off, PIECES, HEADS, KV_Q8, red, wstate, accs, last);                    \
+                 q8_off, PIECES, HEADS, KV, red, wstate, accs, last);                       \
     PK_END                                                                                  \
 }
-FL_KERNEL(kernel_fa_long_d128, 2, 1, 0)
-FL_KERNEL(kernel_fa_long_d64, 1, 1, 0)
+FL_KERNEL(kernel_fa_long_d128, 2, 1, FL_F16)
+FL_KERNEL(kernel_fa_long_d64, 1, 1, FL_F16)
 // A KV head's query heads, 4 or 2 a group (POLYCL_FA_LONG_HEADS).
-FL_KERNEL(kernel_fa_long_gqa2_d128, 2, 2, 0)
-FL_KERNEL(kernel_fa_long_gqa4_d64, 1, 4, 0)
-FL_KERNEL(kernel_fa_long_gqa2_d64, 1, 2, 0)
-// The same over Q8_0 K and V (POLYCL_FA_Q8_KV).
-FL_KERNEL(kernel_fa_long_q8_d128, 2, 1, 1)
-FL_KERNEL(kernel_fa_long_q8_d64, 1, 1, 1)
-FL_KERNEL(kernel_fa_long_q8_gqa2_d128, 2, 2, 1)
-FL_KERNEL(kernel_fa_long_q8_gqa4_d64, 1, 4, 1)
-FL_KERNEL(kernel_fa_long_q8_gqa2_d64, 1, 2, 1)
+FL_KERNEL(kernel_fa_long_gqa2_d128, 2, 2, FL_F16)
+FL_KERNEL(kernel_fa_long_gqa4_d64, 1, 4, FL_F16)
+FL_KERNEL(kernel_fa_long_gqa2_d64, 1, 2, FL_F16)
+// The same over Q8_0 and over Q4_0 K and V (POLYCL_FA_Q8_KV).
+FL_KERNEL(kernel_fa_long_q8_d128, 2, 1, FL_Q8_0)
+FL_KERNEL(kernel_fa_long_q8_d64, 1, 1, FL_Q8_0)
+FL_KERNEL(kernel_fa_long_q8_gqa2_d128, 2, 2, FL_Q8_0)
+FL_KERNEL(kernel_fa_long_q8_gqa4_d64, 1, 4, FL_Q8_0)
+FL_KERNEL(kernel_fa_long_q8_gqa2_d64, 1, 2, FL_Q8_0)
+FL_KERNEL(kernel_fa_long_q4_d128, 2, 1, FL_Q4_0)
+FL_KERNEL(kernel_fa_long_q4_d64, 1, 1, FL_Q4_0)
+FL_KERNEL(kernel_fa_long_q4_gqa2_d128, 2, 2, FL_Q4_0)
+FL_KERNEL(kernel_fa_long_q4_gqa4_d64, 1, 4, FL_Q4_0)
+FL_KERNEL(kernel_fa_long_q4_gqa2_d64, 1, 2, FL_Q4_0)
 #endif
 
 // Short caches (plan/flash_attn.rs `short_applies`): the same body 512 wide
