@@ -15,8 +15,8 @@
 # (POLYCL_ATTN_OH=1, kernel_attn_oh_*) or by ticket (POLYCL_ATTN_O=1, plan/attn_o.rs) it must
 # be 4 a layer + 2; without matmul_norm (POLYCL_FUSE_SKIP=matmul_norm, which also turns
 # row_select off) 7 a layer + 4.
-# With a q8_0 cache it must be 7 a layer + 2 (the ropes, llama's Hadamard rotations and the
-# cache writes in one launch, the output's rotation in another), with q4_0 9 + 2.
+# With q8_0 and q4_0 caches it must be 7 a layer + 2 (the ropes, llama's Hadamard rotations and
+# the cache writes in one launch, the output's rotation in another).
 # It also asserts which decode kernels the fa-on step runs: the warp-cooperative attention
 # (kernel_fa_vec, or kernel_fa_one where one group a head takes a short cache), the Q/K/V
 # projections with rope and cache writes in their epilogue
@@ -111,16 +111,15 @@ fi
 # Quantized KV caches: llama rotates q, k and v by the Hadamard matrix before the cache writes
 # and the attention's output after it; the ropes, the three rotations and both cache writes
 # are one launch (kernel_rope_rot_store_f32, passes/fuse/rope_rot_store.rs), the output's
-# rotation another (it writes the O projection's Q8_1 activation): 7 a layer + 2. A q4_0 cache
-# takes two more, the F16 copies of K and V that its attention reads (kernel_cpy_q4_0_f16).
+# rotation another (it writes the O projection's Q8_1 activation), and the attention reads the
+# quantized blocks (kernel_fa_long_q8_*, kernel_fa_long_q4_*), no F16 copies: 7 a layer + 2.
 for c in q8_0 q4_0; do
   per=7
-  [[ $c == q4_0 ]] && per=9
   n2=$(CACHE_ARGS="--ctk $c --ctv $c" launches 2 on)
   n6=$(CACHE_ARGS="--ctk $c --ctv $c" launches 6 on)
   grep -qw kernel_rope_rot_store_f32 "$KERNELS" || { echo "FAIL: $c cache runs no kernel_rope_rot_store_f32"; fail=1; }
-  if grep -qE 'kernel_(rope_norm|set_rows)_' "$KERNELS"; then
-    echo "FAIL: $c cache runs a rope or cache write of its own"; fail=1
+  if grep -qE 'kernel_(rope_norm|set_rows|cpy)_' "$KERNELS"; then
+    echo "FAIL: $c cache runs a rope, cache write or copy of its own"; fail=1
   fi
   echo "$c cache, fa on: decode step launches: 2 layers $n2, 6 layers $n6"
   if [[ -z "$n2" || -z "$n6" ]] || (( (n6 - n2) != 4 * per || n2 > 2 * per + 2 )); then
