@@ -60,6 +60,7 @@ pub const NOT_CHAINED: &[&str] = &[
     "kernel_fused_rms_norm",
     "kernel_fused_rms_norm_wide",
     "kernel_rope_store_f32",
+    "kernel_rope_rot_store_f32",
     "kernel_fa_split",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
@@ -370,4 +371,29 @@ fn rebind(device: &Device, l: &mut Launch, slots: [u64; SLOTS]) -> Result<()> {
     )?);
     l.kernel = kernel;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::program::{PACKED, PROGRAMS};
+
+    /// Every packed kernel that may be chained is in its hand-off variant's
+    /// program: one missing from `NOT_CHAINED` failed the 1B's decode on the
+    /// H100, whose launches are chained (session 48).
+    #[test]
+    fn chained_kernels_are_in_their_variant_programs() {
+        for name in PACKED.iter().filter(|n| !NOT_CHAINED.contains(n)) {
+            let program = variant_of(name).strip_suffix(VARIANT).unwrap();
+            let (_, sources) = PROGRAMS.iter().find(|(p, _)| *p == program).unwrap();
+            assert!(
+                sources.contains(&crate::runtime::program::HANDOFF),
+                "{program}"
+            );
+            assert!(
+                sources.iter().any(|s| s.contains(name)),
+                "{name} is not in program {program}"
+            );
+        }
+    }
 }

@@ -91,63 +91,58 @@ kernel void kernel_rope_rot_store_f32(PK_SIG(ROPE_ROT_STORE_BUFS)) {
     const long g = get_group_id(0);
     const long nq = q_ne.s1 * q_ne.s2 * q_ne.s3;
     const long nk = k_ne.s1 * k_ne.s2 * k_ne.s3;
-
-    if (g >= nq + nk) {
-        const long base = (g - nq - nk) * v_chunk;
-        for (int e = lid; e < v_chunk; e += RR_WG)
-            h[e] = load_f32(v + v_off + (ulong)(base + e) * 4) * v_scale;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        rr_fwht(h, v_chunk, v_width);
-        if (v_width > 1 && !(dead & RR_DEAD_ROT_V)) {
-            for (int e = lid; e < v_chunk; e += RR_WG)
-                store_f32(hv + hv_off + (ulong)(base + e) * 4, h[e]);
-        }
-        rr_store(h, v_chunk, base, vc_type, vc, vc_off, vc_ne, vc_nb, vr, vr_off, vr_ne, vr_nb,
-                 flags & RS_VR_I64, vv_ne);
-        return;
-    }
-
-    const int is_k = g >= nq;
-    const long w = is_k ? g - nq : g;
+    // One flow for every group, no return before a barrier (PoCL's kernel
+    // compiler asserts on barriers in branches that return).
+    const int is_v = g >= nq + nk, is_k = !is_v && g >= nq;
+    const long w = is_v ? g - nq - nk : is_k ? g - nq : g;
     const long4 ne = is_k ? k_ne : q_ne;
-    const long i1 = w % ne.s1, i2 = (w / ne.s1) % ne.s2, i3 = w / (ne.s1 * ne.s2);
-    const __global char *src = is_k ? AT(k, 0, i1, i2, i3) : AT(q, 0, i1, i2, i3);
-    const ulong snb0 = is_k ? k_nb.s0 : q_nb.s0;
-    const int n = (int)ne.s0;
-    // rope's output is contiguous: head row w starts at flat index w * n
+    const int n = is_v ? v_chunk : (int)ne.s0;
+    // rope's output and V are contiguous: row (chunk) w starts at flat w * n
     const long base = w * n;
-    __global char *rope_out = is_k ? rk + rk_off : rq + rq_off;
-    __global char *rot_out = is_k ? hk + hk_off : hq + hq_off;
-    const int rope_live = !(dead & (is_k ? RR_DEAD_ROPE_K : RR_DEAD_ROPE_Q));
-    const int rot_live = !is_k || !(dead & RR_DEAD_ROT_K);
-    const float p = (float)*(const __global int *)(pos + pos_off + (ulong)i2 * 4);
-    for (int j = lid; j < n / 2; j += RR_WG) {
-        long e0, e1;
-        const int rot = rs_pair(j, n_dims, flags & RS_NEOX, &e0, &e1);
-        if (rot < 0) continue;
-        const float x0 = load_f32(src + (ulong)e0 * snb0);
-        const float x1 = load_f32(src + (ulong)e1 * snb0);
-        float y0 = x0, y1 = x1;
-        if (rot) {
-            const float2 cs = rs_cos_sin(j, p, theta_scale, ff, ff_off, has_ff, freq_scale,
-                                         ext_factor, attn_factor, corr0, corr1);
-            y0 = x0 * cs.x - x1 * cs.y;
-            y1 = x0 * cs.y + x1 * cs.x;
-        }
-        h[e0] = y0 * qk_scale;
-        h[e1] = y1 * qk_scale;
-        if (rope_live) {
-            // a rope in place (the pass allows it) stores where this work-item loaded
-            store_f32(rope_out + (ulong)(base + e0) * 4, y0);
-            store_f32(rope_out + (ulong)(base + e1) * 4, y1);
+    if (is_v) {
+        for (int e = lid; e < n; e += RR_WG)
+            h[e] = load_f32(v + v_off + (ulong)(base + e) * 4) * v_scale;
+    } else {
+        const long i1 = w % ne.s1, i2 = (w / ne.s1) % ne.s2, i3 = w / (ne.s1 * ne.s2);
+        const __global char *src = is_k ? AT(k, 0, i1, i2, i3) : AT(q, 0, i1, i2, i3);
+        const ulong snb0 = is_k ? k_nb.s0 : q_nb.s0;
+        __global char *rope_out = is_k ? rk + rk_off : rq + rq_off;
+        const int rope_live = !(dead & (is_k ? RR_DEAD_ROPE_K : RR_DEAD_ROPE_Q));
+        const float p = (float)*(const __global int *)(pos + pos_off + (ulong)i2 * 4);
+        for (int j = lid; j < n / 2; j += RR_WG) {
+            long e0, e1;
+            const int rot = rs_pair(j, n_dims, flags & RS_NEOX, &e0, &e1);
+            if (rot < 0) continue;
+            const float x0 = load_f32(src + (ulong)e0 * snb0);
+            const float x1 = load_f32(src + (ulong)e1 * snb0);
+            float y0 = x0, y1 = x1;
+            if (rot) {
+                const float2 cs = rs_cos_sin(j, p, theta_scale, ff, ff_off, has_ff, freq_scale,
+                                             ext_factor, attn_factor, corr0, corr1);
+                y0 = x0 * cs.x - x1 * cs.y;
+                y1 = x0 * cs.y + x1 * cs.x;
+            }
+            h[e0] = y0 * qk_scale;
+            h[e1] = y1 * qk_scale;
+            if (rope_live) {
+                // a rope in place (the pass allows it) stores where this work-item loaded
+                store_f32(rope_out + (ulong)(base + e0) * 4, y0);
+                store_f32(rope_out + (ulong)(base + e1) * 4, y1);
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    rr_fwht(h, n, qk_width);
+    rr_fwht(h, n, is_v ? v_width : qk_width);
+    __global char *rot_out = is_v ? hv + hv_off : is_k ? hk + hk_off : hq + hq_off;
+    const int rot_live = is_v ? v_width > 1 && !(dead & RR_DEAD_ROT_V)
+                              : !is_k || !(dead & RR_DEAD_ROT_K);
     if (rot_live) {
         for (int e = lid; e < n; e += RR_WG) store_f32(rot_out + (ulong)(base + e) * 4, h[e]);
     }
-    if (!is_k) return;
-    rr_store(h, n, base, kc_type, kc, kc_off, kc_ne, kc_nb, kr, kr_off, kr_ne, kr_nb,
-             flags & RS_KR_I64, kv_ne);
+    if (is_v)
+        rr_store(h, n, base, vc_type, vc, vc_off, vc_ne, vc_nb, vr, vr_off, vr_ne, vr_nb,
+                 flags & RS_VR_I64, vv_ne);
+    else if (is_k)
+        rr_store(h, n, base, kc_type, kc, kc_off, kc_ne, kc_nb, kr, kr_off, kr_ne, kr_nb,
+                 flags & RS_KR_I64, kv_ne);
 }
