@@ -152,12 +152,17 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
     };
     let rq = nearest(g.nodes.len(), rk, same_rope)?;
     let (hq, _) = rotation_of(g, rq)?;
-    // V: the nearest other cache write, rotated or not.
+    // V: the nearest other cache write, rotated or not, of no rope (no
+    // layer's K write).
     let k_dst = g.output(nk.inputs[0]).place;
+    let of_rope = |vals: Value| {
+        let rotated = rotation_source(g, vals).map(|h| g.nodes[h].inputs[1]);
+        rope_source(g, rotated.unwrap_or(vals)).is_some()
+    };
     let wv = nearest(g.nodes.len(), wk, |s| {
         s != wk
             && scatter_into(g, s, &[Q8_0, Q4_0, F16, F32])
-            && rope_source(g, g.nodes[s].inputs[1]).is_none()
+            && !of_rope(g.nodes[s].inputs[1])
             && g.output(g.nodes[s].inputs[0]).place != k_dst
     })?;
     let nv = &g.nodes[wv];
