@@ -11,9 +11,9 @@
 //   [nq + nk, ...)   v_chunk elements of V: rotate (v_width > 1); writes
 //                    rot(v) and the V cache rows
 // Every output the separate launches wrote is written (F32, contiguous:
-// head row w of rope(q) starts at element w * ne0), though llama reads only
-// rot(q) and the caches, but those `dead`: read by no one but the fused
-// ops. The rotation is hadamard.cl's: every element times
+// head row w of rope(q) starts at element w * ne0) but those the pass marks
+// `dead`, which only the fused ops read (with llama's graphs: both ropes,
+// rot(k) and rot(v)). The rotation is hadamard.cl's: every element times
 // 1/sqrt(width) first, then butterflies at distances 1, 2, 4, ... in each
 // run of `width` elements, so its sums are the CPU's. The rotated rows'
 // element order is the cache rows' (the pass checks the shapes): flat
