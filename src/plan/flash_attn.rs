@@ -661,15 +661,9 @@ fn long_variant(
     kv: GgmlType,
 ) -> Option<(&'static str, i64)> {
     let heads = long_heads(tq, tk, d, config::get().fa_long_heads);
-    let (names, heads) = match (d, heads) {
-        (64, 4) => (LONG_GQA4_D64, 4),
-        (64, 2) => (LONG_GQA2_D64, 2),
-        (64, _) => (LONG_D64, 1),
-        (128, 2) => (LONG_GQA2_D128, 2),
-        (128, _) => (LONG_D128, 1),
-        _ => return None,
-    };
-    let [f16, q8_0, q4_0] = names;
+    // A shape without a kernel of `heads` query heads takes one head a group.
+    let find = |heads: i64| LONG_KERNELS.iter().find(|(shape, _)| *shape == (d, heads));
+    let &((_, heads), [f16, q8_0, q4_0]) = find(heads).or_else(|| find(1))?;
     let name = match kv {
         GgmlType::F16 => f16,
         GgmlType::Q8_0 => q8_0,
@@ -679,31 +673,15 @@ fn long_variant(
     Some((name, heads))
 }
 
-/// The long-cache kernels of one shape over F16, Q8_0 and Q4_0 K/V.
-const LONG_D64: [&str; 3] = [
-    "kernel_fa_long_d64",
-    "kernel_fa_long_q8_d64",
-    "kernel_fa_long_q4_d64",
-];
-const LONG_GQA2_D64: [&str; 3] = [
-    "kernel_fa_long_gqa2_d64",
-    "kernel_fa_long_q8_gqa2_d64",
-    "kernel_fa_long_q4_gqa2_d64",
-];
-const LONG_GQA4_D64: [&str; 3] = [
-    "kernel_fa_long_gqa4_d64",
-    "kernel_fa_long_q8_gqa4_d64",
-    "kernel_fa_long_q4_gqa4_d64",
-];
-const LONG_D128: [&str; 3] = [
-    "kernel_fa_long_d128",
-    "kernel_fa_long_q8_d128",
-    "kernel_fa_long_q4_d128",
-];
-const LONG_GQA2_D128: [&str; 3] = [
-    "kernel_fa_long_gqa2_d128",
-    "kernel_fa_long_q8_gqa2_d128",
-    "kernel_fa_long_q4_gqa2_d128",
+/// The long-cache kernels by (head size, query heads a group), over F16,
+/// Q8_0 and Q4_0 K/V.
+#[rustfmt::skip]
+const LONG_KERNELS: &[((i64, i64), [&str; 3])] = &[
+    ((64, 1), ["kernel_fa_long_d64", "kernel_fa_long_q8_d64", "kernel_fa_long_q4_d64"]),
+    ((64, 2), ["kernel_fa_long_gqa2_d64", "kernel_fa_long_q8_gqa2_d64", "kernel_fa_long_q4_gqa2_d64"]),
+    ((64, 4), ["kernel_fa_long_gqa4_d64", "kernel_fa_long_q8_gqa4_d64", "kernel_fa_long_q4_gqa4_d64"]),
+    ((128, 1), ["kernel_fa_long_d128", "kernel_fa_long_q8_d128", "kernel_fa_long_q4_d128"]),
+    ((128, 2), ["kernel_fa_long_gqa2_d128", "kernel_fa_long_q8_gqa2_d128", "kernel_fa_long_q4_gqa2_d128"]),
 ];
 
 /// Query heads a group of the long-cache kernel takes at head size `d`: the

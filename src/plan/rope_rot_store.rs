@@ -2,9 +2,9 @@
 //! (rope_rot_store.cl), a work-group a head row of Q and K and a chunk of V.
 
 use super::lower::grid;
-use super::rope_store::{bind_rope, cache_rows_shape, index_flags};
+use super::rope_store::{bad, bind_rope, cache_rows_shape, index_flags};
 use super::Binder;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ggml::types::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 use crate::ir::{Node, RopeRot, Value};
 use crate::passes::fuse::rope_rot_store::v_chunk;
@@ -20,7 +20,7 @@ pub fn lower(
     p: &RopeRot,
     out: &mut Vec<Launch>,
 ) -> Result<()> {
-    let bad = |why: &str| Error::InvalidGraph(format!("RopeRotStore '{}': {why}", n.name));
+    let bad = |why: &str| bad(n, why);
     let ff_in = p.rope.has_freq_factors as usize;
     let rotated_v = p.v_width > 1;
     if n.inputs.len() != 8 + ff_in || n.outputs.len() != 6 + rotated_v as usize {

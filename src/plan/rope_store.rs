@@ -14,7 +14,8 @@ const KR_I64: i32 = 4;
 const VR_I64: i32 = 8;
 const NEOX: i32 = 16;
 
-fn bad(n: &Node, why: &str) -> Error {
+/// A fused rope node's error, naming its op (shared with rope_rot_store.rs).
+pub(super) fn bad(n: &Node, why: &str) -> Error {
     Error::InvalidGraph(format!("{} '{}': {why}", n.op.kind(), n.name))
 }
 

@@ -117,6 +117,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
             COMMON,
             include_str!("kernels/rope_store.cl"),
             include_str!("kernels/set_rows.cl"),
+            include_str!("kernels/hadamard.cl"),
             include_str!("kernels/rope_rot_store.cl"),
         ],
     ),

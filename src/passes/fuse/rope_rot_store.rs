@@ -21,7 +21,9 @@
 //! rope's over its own input; `Graph::fuse` refuses matches with computing
 //! nodes between members.
 
-use super::rope_store::{bound, fuse_matches, nearest, rope_ok, rope_source, scatter_into, Match};
+use super::rope_store::{
+    bound, fuse_matches, fused_inputs, nearest, rope_ok, rope_source, scatter_into, Match,
+};
 use super::{overlap, span, Span};
 use crate::ggml::types::GgmlType::{F16, F32, Q4_0, Q8_0};
 use crate::ir::{Graph, NodeId, Op, RopeRot, Value};
@@ -189,37 +191,26 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
     let mut members = vec![rq, hq, rk, hk, wk];
     members.extend(hv);
     members.push(wv);
-    let mut inputs = vec![
-        g.nodes[rq].inputs[0],
-        rope_k.inputs[0],
-        rope_k.inputs[1],
-        nk.inputs[0],
-        nk.inputs[2],
-        v_src,
-        nv.inputs[0],
-        nv.inputs[2],
-    ];
-    if p.has_freq_factors {
-        inputs.push(rope_k.inputs[2]);
-    }
+    let inputs = fused_inputs(g, rq, rk, wk, v_src, wv);
     // Intermediates that only members read are left unwritten (the host's
     // allocator may have put a later member's output over them already).
     let intermediates = [(rq, DEAD_ROPE_Q), (rk, DEAD_ROPE_K), (hk, DEAD_ROT_K)]
         .into_iter()
         .chain(hv.map(|h| (h, DEAD_ROT_V)));
-    let dead_bit = |m: NodeId| {
-        let (_, bit) = intermediates.clone().find(|&(n, _)| n == m)?;
-        read_only_by(g, Value::new(m, 0), &members).then_some(bit)
-    };
-    let dead = members
+    let dead_bits: Vec<Option<u8>> = members
         .iter()
-        .filter_map(|&m| dead_bit(m))
-        .fold(0, |a, b| a | b);
+        .map(|&m| {
+            let (_, bit) = intermediates.clone().find(|&(n, _)| n == m)?;
+            read_only_by(g, Value::new(m, 0), &members).then_some(bit)
+        })
+        .collect();
+    let dead = dead_bits.iter().flatten().fold(0, |a, b| a | b);
     let writes: Vec<(usize, Value)> = members
         .iter()
+        .zip(&dead_bits)
         .enumerate()
-        .filter(|&(_, &m)| dead_bit(m).is_none())
-        .map(|(i, &m)| (i, Value::new(m, 0)))
+        .filter(|(_, (_, bit))| bit.is_none())
+        .map(|(i, (&m, _))| (i, Value::new(m, 0)))
         .collect();
     if !memory_safe(g, &writes, &inputs) {
         return None;

@@ -67,6 +67,33 @@ pub(super) fn fuse_matches(
     fused
 }
 
+/// The inputs of a RopeStore or RopeRotStore: [q, k, positions, k_cache,
+/// k_rows, v, v_cache, v_rows] (+ freq factors), from rope(q) `rq`, rope(k)
+/// `rk`, the K write `wk`, the V rows `v` and the V write `wv`.
+pub(super) fn fused_inputs(
+    g: &Graph,
+    rq: NodeId,
+    rk: NodeId,
+    wk: NodeId,
+    v: Value,
+    wv: NodeId,
+) -> Vec<Value> {
+    let (rope_k, nk, nv) = (&g.nodes[rk], &g.nodes[wk], &g.nodes[wv]);
+    let mut inputs = vec![
+        g.nodes[rq].inputs[0],
+        rope_k.inputs[0],
+        rope_k.inputs[1],
+        nk.inputs[0],
+        nk.inputs[2],
+        v,
+        nv.inputs[0],
+        nv.inputs[2],
+    ];
+    // rope(k)'s freq factors, where it has them
+    inputs.extend(rope_k.inputs.get(2));
+    inputs
+}
+
 pub(super) fn bound(g: &Graph, v: Value) -> bool {
     matches!(g.output(v).place, Place::Bound(_))
 }
@@ -171,20 +198,7 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
             && rope_source(g, g.nodes[s].inputs[1]).is_none()
             && g.output(g.nodes[s].inputs[0]).place != k_dst
     })?;
-    let nv = &g.nodes[wv];
-    let mut inputs = vec![
-        g.nodes[rq].inputs[0],
-        rope_k.inputs[0],
-        rope_k.inputs[1],
-        nk.inputs[0],
-        nk.inputs[2],
-        nv.inputs[1],
-        nv.inputs[0],
-        nv.inputs[2],
-    ];
-    if p.has_freq_factors {
-        inputs.push(rope_k.inputs[2]);
-    }
+    let inputs = fused_inputs(g, rq, rk, wk, g.nodes[wv].inputs[1], wv);
     let members = [rq, rk, wk, wv];
     if !memory_safe(g, &members) {
         return None;

@@ -11,6 +11,23 @@
 #define HD_WG 64
 #define HD_MAX 4096
 
+// The butterflies of the transform over each run of `width` elements of
+// h[0, n) (already scaled), by a work-group of `wg`: butterfly b of a stage
+// pairs i and i + len, i = b with a 0 bit inserted at len's place (len a
+// power of two: no divisions), which holds across runs (len < width).
+// Also rope_rot_store.cl's.
+inline void fwht_runs(__local float *h, int n, int width, int wg) {
+    for (int len = 1; len < width; len <<= 1) {
+        for (int b = get_local_id(0); b < n / 2; b += wg) {
+            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
+            const float u = h[i], v = h[i + len];
+            h[i] = u + v;
+            h[i + len] = u - v;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale, int has_q8,
                                 __global char *q8, ulong q8_off) {
     __local float h[HD_MAX];
@@ -22,17 +39,7 @@ kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale, int has_q8
     __global char *out = AT(dst, 0, i1, i2, i3);
     for (int i = lid; i < n; i += HD_WG) h[i] = load_f32(row + i * x_nb.s0) * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    // Butterfly b of a stage pairs i and i + len, i = b with a 0 bit
-    // inserted at len's place (len a power of two: no divisions).
-    for (int len = 1; len < n; len <<= 1) {
-        for (int b = lid; b < n / 2; b += HD_WG) {
-            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
-            const float u = h[i], v = h[i + len];
-            h[i] = u + v;
-            h[i + len] = u - v;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    fwht_runs(h, n, n, HD_WG);
     for (int i = lid; i < n; i += HD_WG) store_f32(out + i * dst_nb.s0, h[i]);
     if (has_q8) {
         for (int b = lid; b < n / 32; b += HD_WG)

@@ -1,8 +1,8 @@
 // ROPE of Q and K, llama's Hadamard rotations of Q, K and V, and the K and V
 // cache writes of one attention layer in one launch (IR op RopeRotStore: a
 // quantized KV cache, passes/fuse/rope_rot_store.rs). Built after
-// rope_store.cl (the rope, row indices) and set_rows.cl (the quantized
-// blocks, the bytes SET_ROWS writes).
+// rope_store.cl (the rope, row indices), set_rows.cl (the quantized
+// blocks, the bytes SET_ROWS writes) and hadamard.cl (the butterflies).
 //
 // A work-group of RR_WG a row of RR_MAX floats at most, in local memory:
 //   [0, nq)          a head row of Q: rope, rotate; writes rope(q), rot(q)
@@ -33,21 +33,6 @@
 #define RR_F16 1
 #define RR_Q8_0 2
 #define RR_Q4_0 3
-
-// The Walsh-Hadamard butterflies over each run of `width` elements of
-// h[0, n): butterfly b of a stage pairs i and i + len, i = b with a 0 bit
-// inserted at len's place, which holds across runs (len < width).
-inline void rr_fwht(__local float *h, int n, int width) {
-    for (int len = 1; len < width; len <<= 1) {
-        for (int b = get_local_id(0); b < n / 2; b += RR_WG) {
-            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
-            const float u = h[i], v = h[i + len];
-            h[i] = u + v;
-            h[i + len] = u - v;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
 
 // h[0, n) into the cache rows of flat source elements [base, base + n),
 // the source seen as vals_ne (rows of the cache's width): set_rows.cl's
@@ -132,7 +117,7 @@ kernel void kernel_rope_rot_store_f32(PK_SIG(ROPE_ROT_STORE_BUFS)) {
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    rr_fwht(h, n, is_v ? v_width : qk_width);
+    fwht_runs(h, n, is_v ? v_width : qk_width, RR_WG);
     __global char *rot_out = is_v ? hv + hv_off : is_k ? hk + hk_off : hq + hq_off;
     const int rot_live = is_v ? v_width > 1 && !(dead & RR_DEAD_ROT_V)
                               : !is_k || !(dead & RR_DEAD_ROT_K);
