@@ -216,11 +216,14 @@ kernel void kernel_flash_attn_ext_f16(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSO
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        // 2. online softmax bookkeeping, serial in key order (work-item 0)
+        // 2. online softmax bookkeeping, serial in key order (work-item 0). Its loops
+        // run the whole tile: PoCL 5.0's work-group functions abort (Kernel.cc:129,
+        // region_entry_barrier) where a branch after a barrier skips a loop of a
+        // variable trip count (pocl PR 2281); the keys from cnt on read as skipped.
         if (lid == 0) {
             if (!f32acc) {
-                for (int t = 0; t < cnt; ++t) {
-                    const float s = sc[t];
+                for (int t = 0; t < FA_TILE; ++t) {
+                    const float s = t < cnt ? sc[t] : -INFINITY;
                     if (s == -INFINITY) { cfl[t] = 0; continue; }
                     float ms = 1.0f, vs = 1.0f;
                     if (s > M) {
@@ -237,9 +240,9 @@ kernel void kernel_flash_attn_ext_f16(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSO
                 }
             } else {
                 float tmax = -INFINITY;
-                for (int t = 0; t < cnt; ++t) tmax = sc[t] > tmax ? sc[t] : tmax;
+                for (int t = 0; t < FA_TILE; ++t) tmax = t < cnt && sc[t] > tmax ? sc[t] : tmax;
                 if (tmax == -INFINITY) {
-                    for (int t = 0; t < cnt; ++t) cfl[t] = 0;
+                    for (int t = 0; t < FA_TILE; ++t) cfl[t] = 0;
                 } else {
                     const float Mnew = fmax(M, tmax);
                     const bool rescale = Mnew > M;
