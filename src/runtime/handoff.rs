@@ -163,19 +163,12 @@ impl Chains {
             return Ok(None);
         }
         let candidate = |i: usize| eligible(i) && chainable(&launches[i]);
-        // Where a launch that another waits on is wider than the device
-        // holds at once, its later groups would find places held by the
-        // next launch's waiting ones (the 7B's Q/K/V launch, docs/perf.md
-        // step 63), and a chain broken there lets the second queue run two
-        // launches ahead: no hand-off for the plan. The last of a run (the
-        // lm head) has no waiter. The serial form holds no places.
         let cus = device.cl.max_compute_units().unwrap_or(1).max(1) as usize;
         let widest = crate::config::get().handoff_width.saturating_mul(cus);
-        let too_wide = (0..launches.len())
-            .filter(|&i| candidate(i) && i + 1 < launches.len() && candidate(i + 1))
-            .map(|i| work_items(&launches[i]))
-            .find(|&w| w > widest);
-        if let (Handoff::On, Some(w)) = (mode, too_wide) {
+        let widths: Vec<Option<usize>> = (0..launches.len())
+            .map(|i| candidate(i).then(|| work_items(&launches[i])))
+            .collect();
+        if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest)) {
             crate::log::debug(&format!(
                 "{}: no hand-off: a launch of {w} work-items, more than {widest} \
                  (POLYCL_HANDOFF_WIDTH a compute unit)",
@@ -337,6 +330,27 @@ fn chainable(l: &Launch) -> bool {
         })
 }
 
+/// The first width over `widest` among a plan's chainable launches
+/// (`widths`: a chainable launch's work-items, None for the others) but
+/// its last launch (the lm head, which no one waits on), if any: then the
+/// plan gets no hand-off. Where a launch that another waits on is wider
+/// than the device holds at once, its later groups find places held by the
+/// next launch's waiting ones (the 7B's Q/K/V launch, docs/perf.md step
+/// 63), and a chain broken there lets the second queue run two launches
+/// ahead. A wide launch followed by one that is not chainable counts too:
+/// the 7B's runs of multi-wave launches were slower chained every way
+/// measured (step 63), and with a quantized cache its Q/K/V launch is
+/// followed by the unchainable rope + rotation + cache write, so counting
+/// only the launches a chained one waits on handed the 7B off (step 82).
+fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
+    let but_last = widths.len().saturating_sub(1);
+    widths[..but_last]
+        .iter()
+        .flatten()
+        .copied()
+        .find(|&w| w > widest)
+}
+
 /// Work-items of a launch.
 fn work_items(l: &Launch) -> usize {
     l.global[..l.dims as usize].iter().product()
@@ -377,6 +391,19 @@ fn rebind(device: &Device, l: &mut Launch, slots: [u64; SLOTS]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::runtime::program::{PACKED, PROGRAMS};
+
+    /// A plan whose wide launch is followed by an unchainable one (the 7B
+    /// with a quantized cache: Q/K/V, then the rope + rotation + cache
+    /// write) gets no hand-off; its last launch (the lm head) may be wide.
+    #[test]
+    fn a_wide_chainable_launch_but_the_last_refuses_the_hand_off() {
+        let widest = 1024 * 132;
+        let one_b = [Some(26_624), None, Some(8_192), Some(65_536), Some(400_000)];
+        assert_eq!(too_wide(&one_b, widest), None);
+        let seven_b = [Some(393_216), None, Some(16_384), Some(65_536), Some(8_192)];
+        assert_eq!(too_wide(&seven_b, widest), Some(393_216));
+        assert_eq!(too_wide(&[], widest), None);
+    }
 
     /// Every packed kernel that may be chained is in its hand-off variant's
     /// program: one missing from `NOT_CHAINED` failed the 1B's decode on the
