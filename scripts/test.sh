@@ -101,4 +101,7 @@ stage "10b/10 a second OpenCL implementation: Mesa's rusticl (scripts/test-rusti
 # Mesa is unpacked under the cache, not installed (test-rusticl.sh says why).
 POLYCL_LIB="$POLYCL_LIB" bash scripts/test-rusticl.sh
 
+stage "10c/10 PoCL 5.0, Ubuntu 24.04's, in a chroot (scripts/test-pocl5.sh)"
+POLYCL_LIB="$POLYCL_LIB" bash scripts/test-pocl5.sh
+
 stage "all tests passed ($(($(date +%s) - START)) s)"
