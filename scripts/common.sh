@@ -30,6 +30,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 log() { echo "[$(basename "$0" .sh)] $*" >&2; }
 die() { echo "[$(basename "$0" .sh)] error: $*" >&2; exit 1; }
 stage() { printf '\n==== %s ====\n' "$*"; }
+# test-backend-ops' last "N/M tests passed" line in log file $1, leading spaces cut; empty where
+# it printed none (it aborted).
+tbo_passed_line() { grep -E '^ *[0-9]+/[0-9]+ tests passed' "$1" | tail -n 1 | sed 's/^ *//' || true; }
+# Whether such a line ($1) says every test passed: N == M.
+tbo_all_passed() { [[ -n $1 ]] && awk -F'[ /]' '{exit !($1==$2)}' <<<"$1"; }
 
 # Installs those of the Debian packages named that are missing (as root).
 apt_ensure() {

@@ -3,9 +3,11 @@
 # claims, on POLYCL0. Prints the pass counts per op; fails on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/common.sh
+source scripts/common.sh
 PREFIX=$(bash scripts/host.sh)
 TBO="$PREFIX/build/bin/test-backend-ops"
-LIB=${POLYCL_LIB:-$PWD/target/release/libggml-polycl.so}
+LIB=$POLYCL_LIB
 DEV=${POLYCL_TEST_DEVICE:-POLYCL0}
 OPS=${POLYCL_TEST_OPS:-"ADD SUB MUL DIV SCALE SILU GELU GELU_QUICK SWIGLU GEGLU RMS_NORM NORM \
 MUL_MAT MUL_MAT_HADAMARD ROPE SOFT_MAX GET_ROWS SET_ROWS CPY CONT DUP FLASH_ATTN_EXT SUM_ROWS CONCAT"}
@@ -15,9 +17,9 @@ for op in $OPS; do
   log=$(mktemp)
   rc=0
   GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" >"$log" 2>&1 || rc=$?
-  line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
+  line=$(tbo_passed_line "$log")
   printf '%-16s %s\n' "$op" "${line:-no tests run}"
-  if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
+  if [[ $rc -ne 0 ]] || ! tbo_all_passed "$line"; then
     failed_ops+=("$op")
     grep -E 'FAIL|error|Assert|abort' "$log" | head -20 || true
     total_fail=$((total_fail+1))
@@ -90,12 +92,11 @@ if [[ -z "${POLYCL_TEST_OPS:-}" ]]; then
       POLYCL_FA_LONG_HEADS=$([[ $kind == onechunk ]] && echo 2 || echo 4) \
       POLYCL_BUFFER_ADDRESSES=$([[ $kind == onechunk ]] && echo 0 || echo 1) \
       GGML_BACKEND_PATH="$LIB" "$TBO" test -b "$DEV" -o "$op" "${filter[@]}" >"$log" 2>&1 || rc=$?
-    line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log" | tail -1 | sed 's/^ *//')
+    line=$(tbo_passed_line "$log")
     missing=""
     for k in $want; do grep -qE "$k" "$log" || missing="$missing $k"; done
     printf '%-16s %s\n' "$op ($kind)" "${line:-no tests run}${missing:+; never launched:$missing}"
-    if [[ $rc -ne 0 ]] || [[ -z "$line" ]] || [[ -n "$missing" ]] ||
-      ! echo "$line" | awk -F'[ /]' '{exit !($1==$2)}'; then
+    if [[ $rc -ne 0 ]] || [[ -n "$missing" ]] || ! tbo_all_passed "$line"; then
       failed_ops+=("$op($kind)"); total_fail=$((total_fail+1))
       grep -E 'FAIL' "$log" | head -20 || true
     else

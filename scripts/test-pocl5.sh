@@ -68,8 +68,7 @@ log_file=$(mktemp)
 rc=0
 in_root "$HOST_BIN/test-backend-ops" test -b POLYCL0 -o FLASH_ATTN_EXT >"$log_file" 2>&1 || rc=$?
 grep -E 'Device description|^ *[0-9]+/[0-9]+ tests passed' "$log_file" || true
-line=$(grep -E '^ *[0-9]+/[0-9]+ tests passed' "$log_file" | tail -n 1 | sed 's/^ *//')
-if [[ $rc != 0 || -z $line ]] || ! awk -F'[ /]' '{exit !($1==$2)}' <<<"$line"; then
+if [[ $rc != 0 ]] || ! tbo_all_passed "$(tbo_passed_line "$log_file")"; then
   grep -E 'FAIL|Assert|abort' "$log_file" | head -n 10 >&2 || true
   rm -f "$log_file"
   die "FLASH_ATTN_EXT under PoCL $version failed (rc $rc)"
