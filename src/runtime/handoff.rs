@@ -162,12 +162,14 @@ impl Chains {
         if mode == Handoff::Off {
             return Ok(None);
         }
-        let candidate = |i: usize| eligible(i) && chainable(&launches[i]);
         let cus = device.cl.max_compute_units().unwrap_or(1).max(1) as usize;
         let widest = crate::config::get().handoff_width.saturating_mul(cus);
+        // Each launch's work-items where it may be chained (a kernel name
+        // query each), None where not: the width rule and the runs read it.
         let widths: Vec<Option<usize>> = (0..launches.len())
-            .map(|i| candidate(i).then(|| work_items(&launches[i])))
+            .map(|i| (eligible(i) && chainable(&launches[i])).then(|| work_items(&launches[i])))
             .collect();
+        let candidate = |i: usize| widths[i].is_some();
         if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest)) {
             crate::log::debug(&format!(
                 "{}: no hand-off: a launch of {w} work-items, more than {widest} \
