@@ -4,7 +4,7 @@
 //   greedy -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor] [--ts A/B/...]
 //          [--fa on|off] [--ctk T] [--ctv T] [-n N] [-b B] [-t T]
 //          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K] [--logits FILE]
-//          [--embd FILE] [-v]
+//          [--embd FILE] [--retry] [-v]
 //
 // --dev NAME   offload every layer to the device called NAME (ggml_backend_dev_by_name, e.g.
 //              POLYCL0 when GGML_BACKEND_PATH points at libggml-polycl.so);
@@ -22,6 +22,9 @@
 // The prompt is decoded in batches of B tokens (n_batch = n_ubatch = B), then N tokens are
 // generated one per llama_decode by argmax over the logits (lowest id wins a tie).
 //
+// --retry     a generation step whose llama_decode fails is decoded once more (a backend that
+//              reports a failed compute and recovers, e.g. POLYCL_FAULT=handoff); "retried: N"
+//              then says how many were.
 // --warmup decodes the prompt and one token once before the timed run (kernel compilation),
 // then clears the cache. --margins and --top K print diagnostics.
 //
@@ -53,7 +56,7 @@ static void usage(const char * argv0) {
             "       %s -m MODEL [--dev NAME[/NAME...]|none] [--sm none|layer|row|tensor]\n"
             "          [--ts A/B/...] [--fa on|off] [--ctk T] [--ctv T] [-n N] [-b B] [-t THREADS]\n"
             "          (-p TEXT | --prompt-tokens P) [--warmup] [--margins] [--top K]\n"
-            "          [--logits FILE] [--embd FILE] [-v]\n",
+            "          [--logits FILE] [--embd FILE] [--retry] [-v]\n",
             argv0, argv0);
 }
 
@@ -148,6 +151,8 @@ int main(int argc, char ** argv) {
     bool         warmup        = false;
     bool         list_devices  = false;
     int          print_top     = 0;
+    bool         retry         = false;
+    int          retried       = 0;
     enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     enum ggml_type type_k = GGML_TYPE_F16, type_v = GGML_TYPE_F16;
 
@@ -167,6 +172,8 @@ int main(int argc, char ** argv) {
             warmup = true;
         } else if (strcmp(a, "--margins") == 0) {
             print_margins = true;
+        } else if (strcmp(a, "--retry") == 0) {
+            retry = true;
         } else if (!has_val) {
             usage(argv[0]);
             die("missing value after %s", a);
@@ -508,7 +515,10 @@ int main(int argc, char ** argv) {
         }
         out[s] = best;
         if (s + 1 < n_gen && llama_decode(ctx, llama_batch_get_one(&out[s], 1)) != 0) {
-            die("%s", "llama_decode failed while generating");
+            if (!retry || llama_decode(ctx, llama_batch_get_one(&out[s], 1)) != 0) {
+                die("%s", "llama_decode failed while generating");
+            }
+            retried++;
         }
     }
     const double t2 = now_s();
@@ -519,6 +529,9 @@ int main(int argc, char ** argv) {
         die("cannot write %s", embd_path);
     }
 
+    if (retry) {
+        printf("retried: %d\n", retried);
+    }
     printf("tokens:");
     for (int s = 0; s < n_gen; s++) {
         printf(" %d", out[s]);

@@ -222,6 +222,18 @@ read -r n_chained n_all <<<"${chained:-0 0}"
   { echo "FAIL: POLYCL_HANDOFF=serial chains $n_chained of the decode step's $n_all launches"; fail=1; }
 [[ -n "$handoff" && "$handoff" == "$wide_cpu" ]] ||
   { echo "FAIL: the wide model's tokens with POLYCL_HANDOFF=serial differ from the CPU backend's"; fail=1; }
+# A wait that gives up (POLYCL_FAULT=handoff@3: the third decode step's first chained launch left
+# out, so the launch after it waits for arrivals that never come, as one that found no places on
+# a GPU would): that step's compute fails with the hand-off's error, and the step decoded again
+# (greedy --retry) gives the tokens of the centered wide model without the hand-off, whose sums
+# the hand-off keeps bit for bit.
+out=$(POLYCL_HANDOFF=serial POLYCL_FAULT=handoff@3 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" \
+  "$GREEDY" -m "$WIDEC" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 --retry 2>&1) || true
+gaveup=$(echo "$out" | grep -o 'hand-off waits gave up' | head -n 1)
+retried=$(echo "$out" | grep '^retried:' || true)
+echo "centered wide model, a hand-off wait that gives up: ${gaveup:-no error}; ${retried:-no retry}; polycl $(echo "$out" | grep '^tokens:')"
+[[ -n $gaveup && $retried == "retried: 1" && $(echo "$out" | grep '^tokens:') == "$widec" ]] ||
+  { echo "$out" | tail -n 5; echo "FAIL: a hand-off wait that gave up was not reported once and recovered from"; fail=1; }
 # The output norm's row, which the lm head's kernel writes for the host where the host asks
 # for embeddings (llama marks the row an output): every generation step's against the CPU
 # backend's (measured: ~7e-4 of the row's largest value; the decode steps run

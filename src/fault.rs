@@ -10,6 +10,7 @@
 //! | `alloc` | a device allocation (ggml buffer, plan scratch, weights, state) is refused as out of memory |
 //! | `build` | fetching a kernel program fails as a build failure (cached or not) |
 //! | `queue` | a queue operation (kernel enqueue, peer transfer) fails with CL_OUT_OF_RESOURCES (`queue@5`: the fifth, i.e. mid-graph) |
+//! | `handoff` | a chain's first launch is not enqueued (`handoff@5`: in the fifth run of a plan with chains), so the launch after it waits for arrivals that never come and gives up, as a wait on a launch that found no places does (runtime/handoff.rs) |
 //!
 //! Each fault fires once, on the N-th matching event (default 1), then is
 //! spent; later events run normally, which is what lets a test check that
@@ -27,6 +28,7 @@ pub enum Kind {
     Alloc,
     Build,
     Queue,
+    Handoff,
 }
 
 /// One armed fault: fires when `skip` matching events have gone by.
@@ -54,9 +56,10 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<Fault>, String> {
             None if body == "alloc" => Kind::Alloc,
             None if body == "build" => Kind::Build,
             None if body == "queue" => Kind::Queue,
+            None if body == "handoff" => Kind::Handoff,
             _ => {
                 return Err(format!(
-                    "'{item}': expected panic:ENTRY, alloc, build or queue (each optionally @N)"
+                    "'{item}': expected panic:ENTRY, alloc, build, queue or handoff (each optionally @N)"
                 ))
             }
         };
@@ -160,6 +163,12 @@ pub fn queue() -> bool {
     fires(&|k| *k == Kind::Queue)
 }
 
+/// Whether the next run of a plan with chains must leave out its first
+/// chained launch.
+pub fn handoff() -> bool {
+    fires(&|k| *k == Kind::Handoff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +176,7 @@ mod tests {
     #[test]
     fn specs_parse_or_say_why_not() {
         assert_eq!(
-            parse("panic:graph_compute, queue@3,alloc").unwrap(),
+            parse("panic:graph_compute, queue@3,alloc,handoff@2").unwrap(),
             vec![
                 Fault {
                     kind: Kind::Panic("graph_compute".into()),
@@ -181,10 +190,21 @@ mod tests {
                     kind: Kind::Alloc,
                     skip: 0
                 },
+                Fault {
+                    kind: Kind::Handoff,
+                    skip: 1
+                },
             ]
         );
         for bad in [
-            "", "panic", "panic:", "queue@0", "queue@x", "melt", "alloc:3",
+            "",
+            "panic",
+            "panic:",
+            "queue@0",
+            "handoff:x",
+            "queue@x",
+            "melt",
+            "alloc:3",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} parsed");
         }

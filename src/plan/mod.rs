@@ -250,6 +250,8 @@ impl Plan {
         // enqueues the rest, instead of after the last one.
         let every = crate::config::get().flush_every;
         let mut since_flush = 0;
+        // Whether the oldest launch not yet flushed went to the second queue.
+        let mut oldest_on_second = false;
         let mut step_end = 0;
         // POLYCL_PROFILE=span: the first launch is timed, and each launch is
         // held back one iteration (enqueued at the top of the next, so the
@@ -262,7 +264,11 @@ impl Plan {
         });
         let mut first = None;
         let mut held: Option<(&Launch, bool)> = None;
-        let second = |i: usize| self.handoff.as_ref().is_some_and(|c| c.second[i]);
+        let second = |i: usize| self.handoff.as_ref().is_some_and(|c| c.on_second(i));
+        // POLYCL_FAULT=handoff: a chain's first launch left out.
+        let left_out = (self.handoff.as_ref())
+            .filter(|_| crate::fault::handoff())
+            .map(|c| c.first);
         for (i, l) in self.launches.iter().enumerate() {
             if let Some((h, on_second)) = held.take() {
                 h.enqueue_at(&self.device, on_second)?;
@@ -277,6 +283,7 @@ impl Plan {
                 }
                 None => (l, run && i >= step_end),
             };
+            let run = run && left_out != Some(i);
             if run {
                 if span.is_none() {
                     l.enqueue_at(&self.device, second(i))?;
@@ -288,11 +295,14 @@ impl Plan {
                     // to time as the last.
                     held = Some((l, second(i)));
                 }
+                if since_flush == 0 {
+                    oldest_on_second = second(i);
+                }
                 since_flush += 1;
                 // A step launch is a run of launches: the device starts on
                 // it at once. A pair counts as one launch.
                 if since_flush == every || matches!(merged, Some((_, Merged::Step(_)))) {
-                    self.device.flush()?;
+                    self.device.flush_from(oldest_on_second)?;
                     since_flush = 0;
                 }
             }
@@ -304,7 +314,8 @@ impl Plan {
             None => None,
         };
         self.mm.finish(&self.device, self.launches.len(), s)?;
-        self.device.flush()?;
+        self.device
+            .flush_from(since_flush > 0 && oldest_on_second)?;
         if let Some(chains) = &self.handoff {
             chains.check(&self.device)?;
         }

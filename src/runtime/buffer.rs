@@ -392,10 +392,31 @@ impl Device {
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {
-        if let Some(Ok(second)) = self.second.get() {
-            second.flush().cl("clFlush")?;
+        self.flush_from(true)
+    }
+
+    /// Flushes both queues, the hand-off's second first where
+    /// `second_first`. A plan flushes first the queue that holds the oldest
+    /// launch not yet flushed: a chained launch's groups, submitted before
+    /// the launch they wait for, hold places on the device that launch then
+    /// may not find (a wait that gives up, runtime/handoff.rs).
+    pub fn flush_from(&self, second_first: bool) -> Result<()> {
+        let second = match self.second.get() {
+            Some(Ok(second)) => Some(second),
+            _ => None,
+        };
+        let flush_second = || match second {
+            Some(q) => q.flush().cl("clFlush"),
+            None => Ok(()),
+        };
+        if second_first {
+            flush_second()?;
         }
-        cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))
+        cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))?;
+        if !second_first {
+            flush_second()?;
+        }
+        Ok(())
     }
 }
 

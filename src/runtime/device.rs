@@ -72,6 +72,9 @@ pub struct Device {
     /// Reads in flight that do not wait, and their pinned staging
     /// (get_tensor_async, readback.rs).
     pub(crate) readbacks: Mutex<super::readback::Readbacks>,
+    /// Whether a hand-off wait gave up here (runtime/handoff.rs): later
+    /// plans are not handed off, and earlier ones run on one queue.
+    pub(crate) handoff_gave_up: AtomicBool,
     /// The group trace's buffer (`POLYCL_PROFILE=groups`, trace.rs), made
     /// at its first use; None where the device cannot trace.
     pub(crate) trace: OnceLock<Option<super::trace::Trace>>,
@@ -366,6 +369,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             addresses: OnceLock::new(),
             uploads: Mutex::new(Default::default()),
             readbacks: Mutex::new(Default::default()),
+            handoff_gave_up: AtomicBool::new(false),
             trace: OnceLock::new(),
         };
         log::info(&format!(

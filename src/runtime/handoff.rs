@@ -32,7 +32,7 @@ use opencl3::event::Event;
 use opencl3::memory::{Buffer, ClMem};
 use parking_lot::Mutex;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Runs between two reads of the failure word where the hand-off runs on
 /// two queues: each read is one more command, and not waited for.
@@ -83,6 +83,9 @@ pub fn mode(device: &Device) -> Handoff {
     let asked = config
         .handoff
         .unwrap_or(if measured { Handoff::On } else { Handoff::Off });
+    if device.handoff_gave_up.load(Ordering::Relaxed) {
+        return Handoff::Off;
+    }
     // A kernel launched twice for timing (`POLYCL_PROFILE_TWICE`) would
     // arrive twice at its counter.
     if asked == Handoff::Off
@@ -124,10 +127,16 @@ fn variant_of(name: &str) -> &'static str {
 
 /// A plan's chains: which queue each launch goes to, and the counters.
 pub struct Chains {
-    /// For each launch of the plan, whether it goes to the second queue.
-    pub second: Vec<bool>,
+    /// For each launch of the plan, whether it goes to the second queue
+    /// (`on_second`).
+    second: Vec<bool>,
+    /// Set once a wait gave up: the chained launches run on one queue,
+    /// where each launch's wait is met before it starts.
+    one_queue: AtomicBool,
     /// Launches in chains.
     pub chained: usize,
+    /// The first chained launch.
+    pub first: usize,
     /// The serial form (one queue): each run's waits are checked after it.
     pub serial: bool,
     /// One counter a chained launch, then the failure word.
@@ -231,14 +240,21 @@ impl Chains {
             second.fill(false);
         }
         Ok(Some(Chains {
+            first: runs[0].start,
             second,
             chained,
             serial,
             counters,
+            one_queue: AtomicBool::new(false),
             failure_index: chained,
             runs: AtomicU64::new(0),
             pending: Mutex::new(None),
         }))
+    }
+
+    /// Whether launch `i` goes to the second queue.
+    pub fn on_second(&self, i: usize) -> bool {
+        self.second[i] && !self.one_queue.load(Ordering::Relaxed)
     }
 
     /// An error if a wait of the runs so far gave up, after which the
@@ -277,11 +293,16 @@ impl Chains {
         if failed == 0 {
             return Ok(());
         }
+        // The device's later computes must not give up a wait again: this
+        // plan's launches go to one queue, and no later plan is handed off.
+        self.one_queue.store(true, Ordering::Relaxed);
+        device.handoff_gave_up.store(true, Ordering::Relaxed);
         let zeros = vec![0u32; self.failure_index + 1];
         super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
         Err(crate::error::Error::Unsupported(format!(
             "{}: {failed} hand-off waits gave up on the launch before theirs (its results are \
-             wrong; POLYCL_HANDOFF=0 turns the hand-off off)",
+             wrong; the device runs without the hand-off from now on; POLYCL_HANDOFF=0 turns it \
+             off from the start)",
             device.name
         )))
     }
