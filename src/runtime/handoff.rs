@@ -297,6 +297,11 @@ impl Chains {
         // plan's launches go to one queue, and no later plan is handed off.
         self.one_queue.store(true, Ordering::Relaxed);
         device.handoff_gave_up.store(true, Ordering::Relaxed);
+        // A launch behind a wait that gave up may still run on the second
+        // queue: its arrivals must land before the counters are zeroed.
+        if let Some(Ok(second)) = device.second.get() {
+            second.finish().cl("clFinish")?;
+        }
         let zeros = vec![0u32; self.failure_index + 1];
         super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
         Err(crate::error::Error::Unsupported(format!(
