@@ -231,8 +231,9 @@ out=$(POLYCL_HANDOFF=serial POLYCL_FAULT=handoff@3 POLYCL_FAST_KERNELS=1 GGML_BA
   "$GREEDY" -m "$WIDEC" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 --retry 2>&1) || true
 gaveup=$(echo "$out" | grep -o 'hand-off waits gave up' | head -n 1)
 retried=$(echo "$out" | grep '^retried:' || true)
-echo "centered wide model, a hand-off wait that gives up: ${gaveup:-no error}; ${retried:-no retry}; polycl $(echo "$out" | grep '^tokens:')"
-[[ -n $gaveup && $retried == "retried: 1" && $(echo "$out" | grep '^tokens:') == "$widec" ]] ||
+tokens=$(echo "$out" | grep '^tokens:' || true)
+echo "centered wide model, a hand-off wait that gives up: ${gaveup:-no error}; ${retried:-no retry}; polycl $tokens"
+[[ -n $gaveup && $retried == "retried: 1" && $tokens == "$widec" ]] ||
   { echo "$out" | tail -n 5; echo "FAIL: a hand-off wait that gave up was not reported once and recovered from"; fail=1; }
 # The output norm's row, which the lm head's kernel writes for the host where the host asks
 # for embeddings (llama marks the row an output): every generation step's against the CPU

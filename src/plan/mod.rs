@@ -264,7 +264,8 @@ impl Plan {
         });
         let mut first = None;
         let mut held: Option<(&Launch, bool)> = None;
-        let second = |i: usize| self.handoff.as_ref().is_some_and(|c| c.on_second(i));
+        let gave_up = self.device.handoff_gave_up.load(Ordering::Relaxed);
+        let second = |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.on_second(i, gave_up));
         // POLYCL_FAULT=handoff: a chain's first launch left out.
         let left_out = (self.handoff.as_ref())
             .filter(|_| crate::fault::handoff())

@@ -73,7 +73,8 @@ pub struct Device {
     /// (get_tensor_async, readback.rs).
     pub(crate) readbacks: Mutex<super::readback::Readbacks>,
     /// Whether a hand-off wait gave up here (runtime/handoff.rs): later
-    /// plans are not handed off, and earlier ones run on one queue.
+    /// plans are not handed off, and every earlier one's chained launches
+    /// run on one queue.
     pub(crate) handoff_gave_up: AtomicBool,
     /// The group trace's buffer (`POLYCL_PROFILE=groups`, trace.rs), made
     /// at its first use; None where the device cannot trace.

@@ -32,7 +32,7 @@ use opencl3::event::Event;
 use opencl3::memory::{Buffer, ClMem};
 use parking_lot::Mutex;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Runs between two reads of the failure word where the hand-off runs on
 /// two queues: each read is one more command, and not waited for.
@@ -130,9 +130,6 @@ pub struct Chains {
     /// For each launch of the plan, whether it goes to the second queue
     /// (`on_second`).
     second: Vec<bool>,
-    /// Set once a wait gave up: the chained launches run on one queue,
-    /// where each launch's wait is met before it starts.
-    one_queue: AtomicBool,
     /// Launches in chains.
     pub chained: usize,
     /// The first chained launch.
@@ -245,16 +242,17 @@ impl Chains {
             chained,
             serial,
             counters,
-            one_queue: AtomicBool::new(false),
             failure_index: chained,
             runs: AtomicU64::new(0),
             pending: Mutex::new(None),
         }))
     }
 
-    /// Whether launch `i` goes to the second queue.
-    pub fn on_second(&self, i: usize) -> bool {
-        self.second[i] && !self.one_queue.load(Ordering::Relaxed)
+    /// Whether launch `i` goes to the second queue: never once a wait gave
+    /// up on `device` (`gave_up`), where the chained launches of every plan
+    /// run on one queue and each launch's wait is met before it starts.
+    pub fn on_second(&self, i: usize, gave_up: bool) -> bool {
+        self.second[i] && !gave_up
     }
 
     /// An error if a wait of the runs so far gave up, after which the
@@ -293,9 +291,9 @@ impl Chains {
         if failed == 0 {
             return Ok(());
         }
-        // The device's later computes must not give up a wait again: this
-        // plan's launches go to one queue, and no later plan is handed off.
-        self.one_queue.store(true, Ordering::Relaxed);
+        // The device's later computes must not give up a wait again: every
+        // plan's chained launches go to one queue (`on_second`), and no later
+        // plan is handed off (`mode`).
         device.handoff_gave_up.store(true, Ordering::Relaxed);
         // A launch behind a wait that gave up may still run on the second
         // queue: its arrivals must land before the counters are zeroed.
