@@ -65,9 +65,14 @@ fn op_text(op: &super::op::Op) -> String {
             scale,
             max_bias,
             softcap,
+            rotation,
             ..
         } => {
-            format!("FlashAttn{{scale={scale},max_bias={max_bias},softcap={softcap}}}")
+            let rot = match rotation {
+                0 => String::new(),
+                n => format!(",rotation={n}"),
+            };
+            format!("FlashAttn{{scale={scale},max_bias={max_bias},softcap={softcap}{rot}}}")
         }
         Concat { dim } => format!("Concat{{dim={dim}}}"),
         Constant { data } => format!("Constant{{{} bytes}}", data.len()),

@@ -55,6 +55,11 @@ pub enum Op {
         max_bias: f32,
         softcap: f32,
         has_mask: bool,
+        /// 0, or the width n of llama's rotation of the output by the n x n
+        /// Hadamard matrix, fused in (passes/fuse/fa_rotation.rs): outputs
+        /// [attention (left unwritten where the fast kernels take it),
+        /// attention rotated].
+        rotation: i32,
     },
     SumRows,
     Concat {

@@ -105,17 +105,17 @@ fn matched<'a>(
 }
 
 /// Whether MulMatAddNorm's activation (`pm`) is the attention's Q8_1 copy
-/// (`pf`: FA_SPLIT_UNPACK ends with has_q8 and q8_off, and q8 is its last
-/// buffer).
+/// (`pf`: FA_SPLIT_UNPACK ends with has_q8, q8_off and rot, and q8 is its
+/// last buffer).
 fn reads_q8(pf: &Packed, pm: &Packed) -> bool {
     let n = pf.slots.len();
     pf.mems.len() == FA_MEMS
         && pm.mems.len() == MVN_MEMS
-        && n >= 2
+        && n >= 3
         && pm.slots.len() > MVN_ACT_SLOT
-        && pf.slots[n - 2] == 1
+        && pf.slots[n - 3] == 1
         && pm.mems[1] == pf.mems[FA_MEMS - 1]
-        && pm.slots[MVN_ACT_SLOT] == pf.slots[n - 1]
+        && pm.slots[MVN_ACT_SLOT] == pf.slots[n - 2]
 }
 
 fn pair(device: &Device, fa: &Launch, mvn: &Launch) -> Result<Option<Pair>> {

@@ -417,7 +417,13 @@ pub fn lower_split(
     zero_counters(b, scratch, cnt_off, counters)?;
     // The Q8_1 copy is one group's DV floats, whole blocks of a contiguous
     // F32 output; q8_target commits the matmul to it, so ask only then.
-    let out_v = Value::new(id, 0);
+    // With the rotation fused in, the kernels write port 1 (the rotated
+    // rows) and its copy.
+    let rotation = match n.op {
+        Op::FlashAttn { rotation, .. } => rotation,
+        _ => 0,
+    };
+    let out_v = Value::new(id, (rotation != 0) as u32);
     let td = g.ty(out_v);
     let q8 = if v.ne[0] % 32 == 0 && td.dtype == GgmlType::F32 && td.is_contiguous() {
         b.q8_target(out_v)
@@ -474,6 +480,7 @@ pub fn lower_split(
                 Some(t) => a.i32(1)?.ptr_out(t.mem, t.offset)?,
                 None => a.i32(0)?.ptr_out(scratch, 0)?,
             };
+            a.i32(rotation)?;
             Ok(())
         },
     )?);

@@ -4,7 +4,7 @@
 use super::Binder;
 use crate::error::{Error, Result};
 use crate::ggml::types::GgmlType::{self, F16, F32, I32, I64, Q4K, Q4_0, Q6K, Q8_0};
-use crate::ir::{BinaryOp, GluKind, Node, Op, RopeMode, RopeParams, UnaryOp};
+use crate::ir::{BinaryOp, GluKind, Node, Op, RopeMode, RopeParams, UnaryOp, Value};
 use crate::runtime::executor::{ArgBinder, Launch, Operand};
 use crate::runtime::program::kernel;
 
@@ -159,7 +159,7 @@ pub fn rope_yarn_corr_dims(
 
 pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Result<()> {
     let g = b.graph;
-    let v = crate::ir::Value::new(id, 0);
+    let v = Value::new(id, 0);
     match &n.op {
         Op::Parameter | Op::View => Ok(()),
         Op::SetRows => Err(Error::InvalidGraph(format!(
@@ -428,31 +428,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
         Op::MulMat => super::mul_mat::lower(b, n, v, out),
         Op::Hadamard => {
             let (x, dst) = (b.operand(n.inputs[1])?, b.operand(v)?);
-            let rows = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as usize;
-            let scale = 1.0 / (x.ne[0] as f32).sqrt();
-            // Whole Q8_1 blocks a row, in the (contiguous) output's order.
-            let q8 = if x.ne[0] % 32 == 0 {
-                b.q8_target(v)
-            } else {
-                None
-            };
-            out.push(grid(
-                b,
-                "hadamard",
-                "kernel_hadamard_f32",
-                [HADAMARD_WG, rows, 1],
-                Some([HADAMARD_WG, 1, 1]),
-                "hadamard",
-                |a| {
-                    a.tensor(&x)?.tensor(&dst)?.f32(scale)?;
-                    match q8 {
-                        Some(t) => a.i32(1)?.ptr_out(t.mem, t.offset)?,
-                        None => a.i32(0)?.ptr_out(dst.mem, dst.offset)?,
-                    };
-                    Ok(())
-                },
-            )?);
-            Ok(())
+            hadamard(b, &x, &dst, v, out)
         }
         Op::FusedRmsNorm { eps, has_add } => {
             super::fused_norm::lower(b, id, n, *eps, *has_add, out)
@@ -469,6 +445,7 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             max_bias,
             softcap,
             has_mask,
+            rotation,
         } => {
             let q = b.operand(n.inputs[0])?;
             let (k, vv) = (b.operand(n.inputs[1])?, b.operand(n.inputs[2])?);
@@ -477,7 +454,34 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             } else {
                 q
             };
-            let dst = b.operand(v)?;
+            let attention = b.operand(v)?;
+            // With the rotation fused in, the split kernels write the rotated
+            // rows straight into port 1's memory (in the attention's layout,
+            // the pass checked both contiguous); every other kernel writes
+            // the attention, and a Hadamard launch rotates it after them.
+            let rotated = match *rotation {
+                0 => None,
+                _ => Some((Value::new(id, 1), b.operand(Value::new(id, 1))?)),
+            };
+            let dst = match rotated {
+                Some((_, r)) => Operand {
+                    mem: r.mem,
+                    offset: r.offset,
+                    ..attention
+                },
+                None => attention,
+            };
+            let rotate_after = |b: &mut Binder, out: &mut Vec<Launch>| match rotated {
+                Some((rv, r)) => {
+                    let x = Operand {
+                        mem: attention.mem,
+                        offset: attention.offset,
+                        ..r
+                    };
+                    hadamard(b, &x, &r, rv, out)
+                }
+                None => Ok(()),
+            };
             let (m0, m1, n_head_log2) = alibi(q.ne[2] as u32, *max_bias);
             // As ggml's CPU backend: the scale is divided by the softcap before
             // the dot product is capped with softcap * tanh(s).
@@ -501,10 +505,12 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
             }
             let ([k, vv], [tk, tv]) = super::flash_attn::dequantized(b, n, [k, vv], out)?;
             (fa.ops[1], fa.ops[2], fa.types[1], fa.types[2]) = (k, vv, tk, tv);
-            if super::flash_attn::lower_split(b, id, n, &fa, out)?
-                || super::flash_attn::lower_tiled(b, n, &fa, out)?
-            {
+            if super::flash_attn::lower_split(b, id, n, &fa, out)? {
                 return Ok(());
+            }
+            fa.ops[4] = attention;
+            if super::flash_attn::lower_tiled(b, n, &fa, out)? {
+                return rotate_after(b, out);
             }
             let global = [ROW_WG, q.ne[1] as usize, (q.ne[2] * q.ne[3]) as usize];
             out.push(grid(
@@ -516,13 +522,50 @@ pub fn lower(b: &mut Binder, id: usize, n: &Node, out: &mut Vec<Launch>) -> Resu
                 "flash_attn",
                 |a| {
                     fa.bind_inputs(a)?;
-                    a.tensor(&dst)?;
+                    a.tensor(&attention)?;
                     fa.bind_params(a)
                 },
             )?);
-            Ok(())
+            rotate_after(b, out)
         }
     }
+}
+
+/// The rows of `x` (contiguous F32, `x.ne[0]` a power of two) by the
+/// normalized Hadamard matrix into `dst`, and into the Q8_1 copy that a
+/// decode matmul reads of `value` (dst's).
+fn hadamard(
+    b: &mut Binder,
+    x: &Operand,
+    dst: &Operand,
+    value: Value,
+    out: &mut Vec<Launch>,
+) -> Result<()> {
+    let rows = (x.ne[1] * x.ne[2] * x.ne[3]).max(0) as usize;
+    let scale = 1.0 / (x.ne[0] as f32).sqrt();
+    // Whole Q8_1 blocks a row, in the (contiguous) output's order.
+    let q8 = if x.ne[0] % 32 == 0 {
+        b.q8_target(value)
+    } else {
+        None
+    };
+    out.push(grid(
+        b,
+        "hadamard",
+        "kernel_hadamard_f32",
+        [HADAMARD_WG, rows, 1],
+        Some([HADAMARD_WG, 1, 1]),
+        "hadamard",
+        |a| {
+            a.tensor(x)?.tensor(dst)?.f32(scale)?;
+            match q8 {
+                Some(t) => a.i32(1)?.ptr_out(t.mem, t.offset)?,
+                None => a.i32(0)?.ptr_out(dst.mem, dst.offset)?,
+            };
+            Ok(())
+        },
+    )?);
+    Ok(())
 }
 
 #[cfg(test)]

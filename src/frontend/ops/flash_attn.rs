@@ -69,6 +69,7 @@ pub fn translate(ctx: &mut Ctx, node: &NodeDesc) -> Result<Value> {
         max_bias: p.max_bias,
         softcap: p.logit_softcap,
         has_mask,
+        rotation: 0,
     };
     Ok(ctx.emit(op, inputs, node))
 }

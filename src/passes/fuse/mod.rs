@@ -10,8 +10,9 @@
 //! among the results). So fusing never changes what a graph computes, only
 //! how many launches it takes. The planner lowers the fused
 //! ops (plan/fused_*.rs, plan/rope_store.rs, plan/rope_rot_store.rs,
-//! plan/matmul_norm.rs).
+//! plan/matmul_norm.rs, plan/lower.rs's FlashAttn for fa_rotation).
 
+pub mod fa_rotation;
 pub mod group_rope;
 pub mod matmul_glu;
 pub mod matmul_group;
@@ -21,7 +22,7 @@ pub mod rope_rot_store;
 pub mod rope_store;
 pub mod row_select;
 
-use crate::ir::{Graph, Place, Value};
+use crate::ir::{Graph, NodeId, Op, Place, Value};
 
 /// Fusions made by one run, by pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +34,7 @@ pub struct Fused {
     pub rope_store: usize,
     pub rope_rot_store: usize,
     pub group_rope: usize,
+    pub fa_rotation: usize,
     pub matmul_norm: usize,
 }
 
@@ -46,6 +48,7 @@ pub const NAMES: &[&str] = &[
     "rope_store",
     "rope_rot_store",
     "group_rope",
+    "fa_rotation",
     "matmul_norm",
 ];
 
@@ -84,6 +87,7 @@ pub fn run_for(g: &mut Graph, widest: usize) -> Fused {
         rope_store: pass("rope_store", rope_store::run),
         rope_rot_store: pass("rope_rot_store", rope_rot_store::run),
         group_rope: pass("group_rope", group_rope::run),
+        fa_rotation: pass("fa_rotation", fa_rotation::run),
         matmul_norm: pass("matmul_norm", matmul_norm::run),
     }
 }
@@ -114,4 +118,21 @@ pub(crate) fn span(g: &Graph, v: Value) -> Option<Span> {
 pub(crate) fn overlap(a: &[Span], b: &[Span]) -> bool {
     a.iter()
         .any(|x| b.iter().any(|y| x.0 == y.0 && x.1 < y.2 && y.1 < x.2))
+}
+
+/// The nodes that read `v`, directly or through views, none of them a view;
+/// None where the host may read `v` or one of those views (a result).
+pub(crate) fn readers(g: &Graph, v: Value) -> Option<Vec<NodeId>> {
+    if g.results.contains(&v) {
+        return None;
+    }
+    let mut all = Vec::new();
+    for u in g.users(v) {
+        if g.nodes[u].op == Op::View {
+            all.extend(readers(g, Value::new(u, 0))?);
+        } else {
+            all.push(u);
+        }
+    }
+    Some(all)
 }

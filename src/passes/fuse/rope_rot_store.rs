@@ -24,7 +24,7 @@
 use super::rope_store::{
     bound, fuse_matches, fused_inputs, nearest, rope_ok, rope_source, scatter_into, Match,
 };
-use super::{overlap, span, Span};
+use super::{overlap, readers, span, Span};
 use crate::ggml::types::GgmlType::{F16, F32, Q4_0, Q8_0};
 use crate::ir::{Graph, NodeId, Op, RopeRot, Value};
 
@@ -81,23 +81,6 @@ fn rotation_ok(g: &Graph, h: NodeId) -> bool {
         && (x.ne[0] as u64).is_power_of_two()
         && bound(g, n.inputs[1])
         && bound(g, Value::new(h, 0))
-}
-
-/// The nodes that read `v`, directly or through views, none of them a view;
-/// None where the host may read `v` or one of those views (a result).
-fn readers(g: &Graph, v: Value) -> Option<Vec<NodeId>> {
-    if g.results.contains(&v) {
-        return None;
-    }
-    let mut all = Vec::new();
-    for u in g.users(v) {
-        if g.nodes[u].op == Op::View {
-            all.extend(readers(g, Value::new(u, 0))?);
-        } else {
-            all.push(u);
-        }
-    }
-    Some(all)
 }
 
 /// Whether only `members` read `v`: nothing does after the fused kernel.

@@ -116,7 +116,8 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
     const long h = get_group_id(0) % heads;                                                 \
     const int share_of_rows = (int)get_group_id(0) / heads;                                 \
     /* The head's attention over its whole cache: kernel_fa_one_*'s body, */                \
-    /* without the Q8_1 copy, which nothing reads once the O projection is here. */         \
+    /* without the Q8_1 copy, which nothing reads once the O projection is */              \
+    /* here (accs holds the output, rotated where rot asks, as dst is). */                  \
     {                                                                                       \
         const __global ulong *pk = pk_fa;                                                   \
         int pk_i = 0;                                                                       \
@@ -129,8 +130,8 @@ __kernel __attribute__((reqd_work_group_size(OH_WG, 1, 1))) void NAME(          
         fa_vec_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask, \
                     mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off,     \
                     chunk, n_chunks, 0, scale, softcap, slope, 0, h, hk, 0, DK, DV, n_kv,   \
-                    h * q_ne.s1, dst, dst_off, dst_ne, dst_nb, 0, q8, 0, 1, 0, LPK, OH_WG,  \
-                    FO_KPW, DMAX, red, wstate, accs, last);                                 \
+                    h * q_ne.s1, dst, dst_off, dst_ne, dst_nb, 0, q8, 0, rot, 1, 0, LPK,    \
+                    OH_WG, FO_KPW, DMAX, red, wstate, accs, last);                          \
     }                                                                                       \
     /* accs[0, DV) holds the head's output: its Q8_1 codes into local memory, */            \
     /* a warp a block (DMAX: the kernel's DV, which the host checked). */                   \

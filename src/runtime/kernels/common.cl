@@ -396,3 +396,20 @@ inline void warp_store_q8_1(float x, int live, __global char *blk, __local float
         }
     }
 }
+
+// The butterflies of the transform over each run of `width` elements of
+// h[0, n) (already scaled), by a work-group of `wg`: butterfly b of a stage
+// pairs i and i + len, i = b with a 0 bit inserted at len's place (len a
+// power of two: no divisions), which holds across runs (len < width).
+// hadamard.cl's, rope_rot_store.cl's and the attention's merge (fa_split.cl).
+inline void fwht_runs(__local float *h, int n, int width, int wg) {
+    for (int len = 1; len < width; len <<= 1) {
+        for (int b = get_local_id(0); b < n / 2; b += wg) {
+            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
+            const float u = h[i], v = h[i + len];
+            h[i] = u + v;
+            h[i + len] = u - v;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}

@@ -91,7 +91,7 @@ inline void fg_load_tile(const __global char *kr0, const __global char *vr0, uin
 inline __attribute__((always_inline)) void
 fg_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt_off, int c,
              int n_chunks, int D, long h0, int G, int nrows, int stride, long iq0, long n_head,
-             long n_q, long z, TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+             long n_q, long z, TENSOR(dst), int has_q8, __global char *q8, ulong q8_off, int rot,
              __local float *wstate, __local float *accs, __local float *red, __local int *last) {
     for (int e = get_local_id(0); e < nrows * D; e += FG_WG) {
         const int r = e / D, d = e - r * D;
@@ -113,14 +113,15 @@ fg_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt
     // comes before it writes `outs`.
     fa_publish_merge_rows(part, part_off, cnt, cnt_off, (h0 + n_head * z) * n_q + iq0, n_chunks,
                           D, h0, G, nrows, iq0, n_head, n_q, z, dst, dst_off, dst_ne, dst_nb,
-                          has_q8, q8, q8_off, accs, red, last, FG_WG, 4, FA_MERGE_BATCH_WIDE);
+                          has_q8, q8, q8_off, rot, accs, red, last, FG_WG, 4, FA_MERGE_BATCH_WIDE);
 }
 
 inline __attribute__((always_inline)) void
 fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __global float *part,
         ulong part_off, __global uint *cnt, ulong cnt_off, int chunk, int n_chunks, float scale,
         float max_bias, float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
-        int has_q8, __global char *q8, ulong q8_off, __local float *red, __local float *wstate,
+        int has_q8, __global char *q8, ulong q8_off, int rot, __local float *red,
+        __local float *wstate,
         __local float *accs, __local int *last, __local uint *scratch, __local float *qscratch,
         const int D, const int prefetch) {
     FG_FRAME(FG_ROWS)
@@ -240,7 +241,8 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     fg_chunk_end(part, part_off, cnt, cnt_off, c, n_chunks, D, h0, G, nrows, FG_ROWS, iq0, n_head,
-                 n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, wstate, accs, red, last);
+                 n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, wstate, accs, red,
+                 last);
 }
 
 // A kernel of BODY (fg_body, or fc_body below) for groups of ROWS rows.
@@ -255,7 +257,7 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
         BODY(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,       \
              mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,     \
              n_chunks, scale, max_bias, m0, m1, n_head_log2, softcap, dst, dst_off, dst_ne, \
-             dst_nb, has_q8, q8, q8_off, red, wstate, accs, &last, FM_SCRATCH_PTR,          \
+             dst_nb, has_q8, q8, q8_off, rot, red, wstate, accs, &last, FM_SCRATCH_PTR,          \
              FM_QSCRATCH_PTR, D, PREFETCH);                                                 \
         PK_END                                                                              \
     }
@@ -398,7 +400,8 @@ inline __attribute__((always_inline)) void
 fc_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __global float *part,
         ulong part_off, __global uint *cnt, ulong cnt_off, int chunk, int n_chunks, float scale,
         float max_bias, float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
-        int has_q8, __global char *q8, ulong q8_off, __local float *red, __local float *wstate,
+        int has_q8, __global char *q8, ulong q8_off, int rot, __local float *red,
+        __local float *wstate,
         __local float *accs, __local int *last, __local uint *scratch, __local float *qscratch,
         const int D, const int prefetch) {
     FG_FRAME(FC_COLS)
@@ -558,7 +561,8 @@ fc_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     fg_chunk_end(part, part_off, cnt, cnt_off, c, n_chunks, D, h0, G, nrows, FC_COLS, iq0, n_head,
-                 n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, wstate, accs, red, last);
+                 n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, wstate, accs, red,
+                 last);
 }
 
 #define FC_KERNEL(NAME, D, PREFETCH) FG_KERNEL_SHAPED(NAME, fc_body, FC_COLS, D, PREFETCH)

@@ -176,6 +176,25 @@ inline void fa_store_q8_rows(__local const float *outs, __local float *red, int 
     }
 }
 
+// 1/sqrt(rot) for the rotation's widths (powers of 4, passes/fuse/
+// fa_rotation.rs): a power of two, so the product is the one
+// kernel_hadamard_f32 makes with the host's scale, bit for bit.
+inline float fa_rotation_scale(int rot) { return ldexp(1.0f, -((31 - clz(rot)) / 2)); }
+
+// llama's rotation of the attention's output (quantized V caches): the rows
+// of `outs` (nrows of DV floats, already times fa_rotation_scale) by the
+// rot x rot Hadamard matrix in runs of rot, as kernel_hadamard_f32 does it
+// (fwht_runs), then into dst at row r's (head h0 + r % G, query iq0 + r / G).
+// Every work-item of the group calls it.
+inline void fa_rotate_rows(__local float *outs, int nrows, int DV, long h0, int G, long iq0,
+                           long z, TENSOR(dst), int rot, int wg) {
+    fwht_runs(outs, nrows * DV, rot, wg);
+    for (int e = get_local_id(0); e < nrows * DV; e += wg) {
+        const int r = e / DV, d = e - r * DV;
+        store_f32(AT(dst, d, h0 + r % G, iq0 + r / G, z), outs[e]);
+    }
+}
+
 // Publishes this group's chunks, counts them on one counter, and lets the
 // last group to arrive merge every chunk into dst (and its Q8_1 copy).
 // The group holds `nrows` rows: row r is query iq0 + r / G of head
@@ -185,11 +204,13 @@ inline void fa_store_q8_rows(__local const float *outs, __local float *red, int 
 // local memory of at least nrows * DV floats that is no longer read, `red`
 // of wg floats. `W` and `B` (constants): accumulator elements a work-item,
 // 1 or 4 (DV % 4 == 0), and chunks a batch of the merge's loads, at most
-// FA_MERGE_BATCH_WIDE.
+// FA_MERGE_BATCH_WIDE. `rot` (0: none): dst and the Q8_1 copy take the
+// rows rotated by the rot x rot Hadamard matrix (fa_rotate_rows).
 inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global uint *cnt,
                                   ulong cnt_off, long row0, int n_chunks, int DV, long h0,
                                   int G, int nrows, long iq0, long n_head, long n_q, long z,
                                   TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                                  int rot,
                                   __local float *outs, __local float *red, __local int *last,
                                   int wg, const int W, const int B) {
     const int l = get_local_id(0);
@@ -231,8 +252,12 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
             const float4 res = fa_merge_elems(p, n_chunks, st, d, W, B);
             const float rv[4] = {res.x, res.y, res.z, res.w};
             for (int i = 0; i < W; ++i) {
-                store_f32(AT(dst, d + i, h, iq, z), rv[i]);
-                if (has_q8) outs[r * DV + d + i] = rv[i];
+                if (rot) {
+                    outs[r * DV + d + i] = rv[i] * fa_rotation_scale(rot);
+                } else {
+                    store_f32(AT(dst, d + i, h, iq, z), rv[i]);
+                    if (has_q8) outs[r * DV + d + i] = rv[i];
+                }
             }
         }
         // Every group of these rows has counted, so nobody else touches the
@@ -240,6 +265,8 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
         if (l == 0 && n_chunks > 1) atomic_xchg(ctr, 0u);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (merge && rot)
+        fa_rotate_rows(outs, nrows, DV, h0, G, iq0, z, dst, dst_off, dst_ne, dst_nb, rot, wg);
     if (merge && has_q8)
         fa_store_q8_rows(outs, red, nrows, DV, h0, G, iq0, z, dst_ne, q8, q8_off, wg);
 }
@@ -248,11 +275,11 @@ inline void fa_publish_merge_rows(__global float *part, ulong part_off, __global
 inline void fa_publish_merge(__global float *part, ulong part_off, __global uint *cnt,
                              ulong cnt_off, long row, int n_chunks, long DV, long h, long iq,
                              long z, long n_head, long n_q, TENSOR(dst), int has_q8,
-                             __global char *q8, ulong q8_off, __local float *outs,
+                             __global char *q8, ulong q8_off, int rot, __local float *outs,
                              __local float *red, __local int *last, int wg) {
     fa_publish_merge_rows(part, part_off, cnt, cnt_off, row, n_chunks, (int)DV, h, 1, 1, iq,
-                          n_head, n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, outs,
-                          red, last, wg, 1, FA_MERGE_BATCH);
+                          n_head, n_q, z, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot,
+                          outs, red, last, wg, 1, FA_MERGE_BATCH);
 }
 
 // The split kernels' signature, and their scalars and frame (which query
@@ -267,7 +294,7 @@ inline void fa_publish_merge(__global float *part, ulong part_off, __global uint
     PK_TENSOR(q) PK_TENSOR(k) PK_TENSOR(v) PK_TENSOR(mask) PK_INT(has_mask)                 \
     PK_ULONG(part_off) PK_ULONG(cnt_off) PK_INT(chunk) PK_INT(n_chunks) PK_FLOAT(scale)     \
     PK_FLOAT(max_bias) PK_FLOAT(m0) PK_FLOAT(m1) PK_UINT(n_head_log2) PK_FLOAT(softcap)     \
-    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off)
+    PK_TENSOR(dst) PK_INT(has_q8) PK_ULONG(q8_off) PK_INT(rot)
 #define FA_SPLIT_PARAMS                                                                     \
     FA_SPLIT_UNPACK                                                                         \
     const int l = get_local_id(0);                                                          \
@@ -359,7 +386,7 @@ kernel void kernel_fa_split(FA_SPLIT_ARGS) {
     }
 
     fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, q_ne.s2, q_ne.s1,
-                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, qs, red, &last, FA_WG);
+                     dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, qs, red, &last, FA_WG);
 }
 #endif // POLYCL_STEP
 
@@ -423,7 +450,7 @@ inline void fv_load_step(const __global char *kr0, const __global char *vr0,
 inline __attribute__((always_inline)) void
 fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt_off, int n_chunks,
              int c, float M, long iq, long h, long z, long DV, long row, long n_head, long n_q,
-             TENSOR(dst), int has_q8, __global char *q8, ulong q8_off, const int wg,
+             TENSOR(dst), int has_q8, __global char *q8, ulong q8_off, int rot, const int wg,
              const int nvw, const int dmax, __local float *red, __local float *wstate,
              __local float *accs, __local int *last) {
     const int l = get_local_id(0), dv = (int)DV;
@@ -455,8 +482,12 @@ fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt
         for (int d = l; d < dv; d += wg) {
             FV_ACC_SUM(d, a)
             const float y = S == 0.0f ? 0.0f : a / S;
-            store_f32(AT(dst, d, h, iq, z), y);
-            accs[d] = y; // column d of accs is this work-item's alone
+            if (rot) {
+                accs[d] = y * fa_rotation_scale(rot);
+            } else {
+                store_f32(AT(dst, d, h, iq, z), y);
+                accs[d] = y; // column d of accs is this work-item's alone
+            }
         }
     } else {
         __global float *o = fa_chunk_state(part, part_off, row, n_chunks, c, DV, M, S);
@@ -468,13 +499,14 @@ fv_chunk_end(__global float *part, ulong part_off, __global uint *cnt, ulong cnt
 #undef FV_ACC_SUM
     barrier(CLK_LOCAL_MEM_FENCE);
     if (whole) {
+        if (rot) fa_rotate_rows(accs, 1, dv, h, 1, iq, z, dst, dst_off, dst_ne, dst_nb, rot, wg);
         if (has_q8)
             fa_store_q8_rows(accs, red, 1, dv, h, 1, iq, z, dst_ne, q8, q8_off, wg);
     } else {
         // accs[0..DV) and red were read above by other work-items: the
         // barrier before this keeps the helper from overwriting them early.
         fa_publish_merge(part, part_off, cnt, cnt_off, row, n_chunks, DV, h, iq, z, n_head,
-                         n_q, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, accs, red,
+                         n_q, dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, accs, red,
                          last, wg);
     }
 }
@@ -493,7 +525,7 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
                         __global float *part, ulong part_off, __global uint *cnt, ulong cnt_off,
                         int chunk, int n_chunks, int c, float scale, float softcap, float slope,
                         long iq, long h, long hk, long z, long DK, long DV, long n_kv, long row,
-                        TENSOR(dst), int has_q8, __global char *q8, ulong q8_off,
+                        TENSOR(dst), int has_q8, __global char *q8, ulong q8_off, int rot,
                         const int slots, const int prefetch, const int lpk, const int wg,
                         const int kpw, const int dmax, __local float *red,
                         __local float *wstate, __local float *accs, __local int *last) {
@@ -616,8 +648,8 @@ inline void fa_vec_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int h
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, M, iq, h, z, DV, row, q_ne.s2, q_ne.s1,
-                 dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, wg, nvw, dmax, red, wstate, accs,
-                 last);
+                 dst, dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, wg, nvw, dmax, red, wstate,
+                 accs, last);
 }
 
 #define FV_KERNEL_SHAPED(NAME, SLOTS, PREFETCH, LPK, WG, KPW, DMAX)                         \
@@ -631,7 +663,7 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
     fa_vec_body(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,     \
                 mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,  \
                 n_chunks, c, scale, softcap, slope, iq, h, hk, z, DK, DV, n_kv, row, dst,   \
-                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, SLOTS, PREFETCH, LPK, WG, KPW, \
+                dst_off, dst_ne, dst_nb, has_q8, q8, q8_off, rot, SLOTS, PREFETCH, LPK, WG, KPW, \
                 DMAX, red, wstate, accs, last);                                             \
     PK_END                                                                                  \
 }
@@ -748,7 +780,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
                          int chunk, int n_chunks, int c, float scale, float softcap,
                          float max_bias, float m0, float m1, uint n_head_log2, long iq, long h,
                          long hk, long z, TENSOR(dst), int has_q8, __global char *q8,
-                         ulong q8_off, const int pieces, const int heads, const int kv,
+                         ulong q8_off, int rot, const int pieces, const int heads, const int kv,
                          __local float *red,
                          __local float *wstate, __local float *accs, __local int *last) {
     const int l = get_local_id(0), warp = l / 32, run = l / FL_LK, t = l % FL_LK;
@@ -895,7 +927,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
     if (heads == 1) {
         fv_chunk_end(part, part_off, cnt, cnt_off, n_chunks, c, Mg[0], iq, h, z, DV,
                      (h + n_head * z) * n_q + iq, n_head, n_q, dst, dst_off, dst_ne, dst_nb,
-                     has_q8, q8, q8_off, FL_WG, FL_RUNS, (int)DV, red, wstate, accs, last);
+                     has_q8, q8, q8_off, rot, FL_WG, FL_RUNS, (int)DV, red, wstate, accs, last);
     } else {
         // Each head's chunk state, the runs summed, then published and merged
         // for every head at once.
@@ -915,7 +947,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
         // helper comes before it writes `outs`.
         fa_publish_merge_rows(part, part_off, cnt, cnt_off, (h + n_head * z) * n_q + iq, n_chunks,
                               (int)DV, h, heads, heads, iq, n_head, n_q, z, dst, dst_off, dst_ne,
-                              dst_nb, has_q8, q8, q8_off, accs, red, last, FL_WG, 4,
+                              dst_nb, has_q8, q8, q8_off, rot, accs, red, last, FL_WG, 4,
                               FA_MERGE_BATCH);
     }
 }
@@ -936,7 +968,7 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
                  mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk, \
                  n_chunks, c, scale, softcap, max_bias, m0, m1, n_head_log2, iq, h,         \
                  h / (q_ne.s2 / k_ne.s2), z, dst, dst_off, dst_ne, dst_nb, has_q8, q8,      \
-                 q8_off, PIECES, HEADS, KV, red, wstate, accs, last);                       \
+                 q8_off, rot, PIECES, HEADS, KV, red, wstate, accs, last);                       \
     PK_END                                                                                  \
 }
 FL_KERNEL(kernel_fa_long_d128, 2, 1, FL_F16)

@@ -11,23 +11,6 @@
 #define HD_WG 64
 #define HD_MAX 4096
 
-// The butterflies of the transform over each run of `width` elements of
-// h[0, n) (already scaled), by a work-group of `wg`: butterfly b of a stage
-// pairs i and i + len, i = b with a 0 bit inserted at len's place (len a
-// power of two: no divisions), which holds across runs (len < width).
-// Also rope_rot_store.cl's.
-inline void fwht_runs(__local float *h, int n, int width, int wg) {
-    for (int len = 1; len < width; len <<= 1) {
-        for (int b = get_local_id(0); b < n / 2; b += wg) {
-            const int i = ((b & ~(len - 1)) << 1) | (b & (len - 1));
-            const float u = h[i], v = h[i + len];
-            h[i] = u + v;
-            h[i + len] = u - v;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
 kernel void kernel_hadamard_f32(CTENSOR(x), TENSOR(dst), float scale, int has_q8,
                                 __global char *q8, ulong q8_off) {
     __local float h[HD_MAX];
