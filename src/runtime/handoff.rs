@@ -209,6 +209,19 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
+        // Chains broken by launches that are not chained cost more than
+        // they gain: on the H100 the 1B with a q8_0 or q4_0 cache (a chain
+        // of 5 a layer, broken at kernel_rope_rot_store_f32) decoded ~3%
+        // slower handed off, and 20% with chains of 3 (docs/perf.md step
+        // 84), while its F16 cache's one chain gains 5-7%.
+        if mode == Handoff::On && runs.len() > 1 {
+            crate::log::debug(&format!(
+                "{}: no hand-off: {} chains (launches that are not chained break them)",
+                device.name,
+                runs.len()
+            ));
+            return Ok(None);
+        }
         let mut zeros = vec![0u32; chained + 1];
         let counters = super::step::upload(device, &mut zeros)?;
         let base = super::addresses::resolve(device, &[counters.get()])?[0];
