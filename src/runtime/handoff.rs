@@ -184,31 +184,7 @@ impl Chains {
             ));
             return Ok(None);
         }
-        let mut runs = Vec::new();
-        let mut i = 0;
-        while i < launches.len() {
-            if !candidate(i) {
-                i += 1;
-                continue;
-            }
-            let start = i;
-            while i < launches.len() && candidate(i) {
-                i += 1;
-            }
-            // Odd, so that the last runs on the device's queue.
-            let start = if (i - start) % 2 == 0 {
-                start + 1
-            } else {
-                start
-            };
-            if i - start >= 3 {
-                runs.push(start..i);
-            }
-        }
-        let chained: usize = runs.iter().map(|r| r.len()).sum();
-        if chained == 0 {
-            return Ok(None);
-        }
+        let runs = chain_runs(launches.len(), candidate);
         // Chains broken by launches that are not chained cost more than
         // they gain: on the H100 the 1B with a q8_0 or q4_0 cache (a chain
         // of 5 a layer, broken at kernel_rope_rot_store_f32) decoded ~3%
@@ -220,6 +196,10 @@ impl Chains {
                 device.name,
                 runs.len()
             ));
+            return Ok(None);
+        }
+        let chained: usize = runs.iter().map(|r| r.len()).sum();
+        if chained == 0 {
             return Ok(None);
         }
         let mut zeros = vec![0u32; chained + 1];
@@ -391,6 +371,33 @@ fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
 }
 
 /// Work-items of a launch.
+/// The chains of `n` launches: maximal runs of those `candidate` admits,
+/// each cut to an odd count (so that its last launch runs on the device's
+/// queue) of at least 3.
+fn chain_runs(n: usize, candidate: impl Fn(usize) -> bool) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if !candidate(i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && candidate(i) {
+            i += 1;
+        }
+        let start = if (i - start) % 2 == 0 {
+            start + 1
+        } else {
+            start
+        };
+        if i - start >= 3 {
+            runs.push(start..i);
+        }
+    }
+    runs
+}
+
 fn work_items(l: &Launch) -> usize {
     l.global[..l.dims as usize].iter().product()
 }
@@ -442,6 +449,26 @@ mod tests {
         let seven_b = [Some(393_216), None, Some(16_384), Some(65_536), Some(8_192)];
         assert_eq!(too_wide(&seven_b, widest), Some(393_216));
         assert_eq!(too_wide(&[], widest), None);
+    }
+
+    /// A decode step's chains: one over an F16 cache's step (its first
+    /// launch, the norm, is not chained), one a layer where a launch that
+    /// is not chained breaks every layer (a quantized cache's rope and
+    /// rotation, `kernel_rope_rot_store_f32`), which `Chains::build` then
+    /// does not hand off.
+    #[test]
+    fn chains_are_odd_runs_of_three_or_more() {
+        let f16_step = |i: usize| i > 0;
+        assert_eq!(chain_runs(32, f16_step), vec![1..32]);
+        // Layers of 6 launches whose second is not chained: runs of 5.
+        let broken = |i: usize| i > 0 && i % 6 != 1;
+        assert_eq!(chain_runs(6 * 3 + 2, broken), vec![2..7, 8..13, 14..19]);
+        // A run of 4 is cut to its last 3.
+        assert_eq!(chain_runs(5, |i| i > 0), vec![2..5]);
+        assert_eq!(
+            chain_runs(4, |i| i != 2),
+            Vec::<std::ops::Range<usize>>::new()
+        );
     }
 
     /// Every packed kernel that may be chained is in its hand-off variant's
