@@ -18,10 +18,12 @@
 //! of 4 (so 1/sqrt(n) is a power of two, which the kernel makes exactly)
 //! and divides the head size (a rotation never spans two heads' rows). The
 //! rotated output is written while the attention's groups read q, k, v and
-//! the mask, so it may overlap none of them, but for q element for element:
-//! ggml's allocator hands the Hadamard the memory of the rotated q, freed
-//! at the attention, and a row of the output is written only by the last of
-//! the groups that read its q row, once every one of them has counted.
+//! the mask, and ggml's allocator may give the Hadamard memory freed at the
+//! attention: so it may overlap none of them, but q element for element (a
+//! row of the output is written only by the last of the groups that read
+//! its q row, once every one of them has counted). The mask every head's
+//! groups read: the tiny test model's last layer, whose rotated output lies
+//! over it, keeps its Hadamard launch.
 
 use super::{overlap, readers, span};
 use crate::ggml::types::GgmlType::F32;
