@@ -121,8 +121,8 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
         ulong part_off, __global uint *cnt, ulong cnt_off, int chunk, int n_chunks, float scale,
         float max_bias, float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
         int has_q8, __global char *q8, ulong q8_off, int rot, __local float *red,
-        __local float *wstate,
-        __local float *accs, __local int *last, __local uint *scratch, __local float *qscratch,
+        __local float *wstate, __local float *accs, __local int *last, __local uint *scratch,
+        __local float *qscratch,
         const int D, const int prefetch) {
     FG_FRAME(FG_ROWS)
 
@@ -254,10 +254,10 @@ fg_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
         __local float accs[FG_WARPS * (ROWS) * (D)];                                        \
         __local int last;                                                                   \
         FM_SCRATCH                                                                          \
-        BODY(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,       \
+        BODY(q, q_off, q_ne, q_nb, k, k_off, k_ne, k_nb, v, v_off, v_ne, v_nb, mask,        \
              mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk,     \
              n_chunks, scale, max_bias, m0, m1, n_head_log2, softcap, dst, dst_off, dst_ne, \
-             dst_nb, has_q8, q8, q8_off, rot, red, wstate, accs, &last, FM_SCRATCH_PTR,          \
+             dst_nb, has_q8, q8, q8_off, rot, red, wstate, accs, &last, FM_SCRATCH_PTR,     \
              FM_QSCRATCH_PTR, D, PREFETCH);                                                 \
         PK_END                                                                              \
     }
@@ -401,8 +401,8 @@ fc_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int has_mask, __globa
         ulong part_off, __global uint *cnt, ulong cnt_off, int chunk, int n_chunks, float scale,
         float max_bias, float m0, float m1, uint n_head_log2, float softcap, TENSOR(dst),
         int has_q8, __global char *q8, ulong q8_off, int rot, __local float *red,
-        __local float *wstate,
-        __local float *accs, __local int *last, __local uint *scratch, __local float *qscratch,
+        __local float *wstate, __local float *accs, __local int *last, __local uint *scratch,
+        __local float *qscratch,
         const int D, const int prefetch) {
     FG_FRAME(FC_COLS)
     const long kv0 = (long)c * chunk;

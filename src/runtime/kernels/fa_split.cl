@@ -953,7 +953,7 @@ inline void fa_long_body(CTENSOR(q), CTENSOR(k), CTENSOR(v), CTENSOR(mask), int 
 }
 
 #if !defined(POLYCL_STEP) && !defined(FA_HELPERS_ONLY)
-#define FL_KERNEL(NAME, PIECES, HEADS, KV)                                               \
+#define FL_KERNEL(NAME, PIECES, HEADS, KV)                                                  \
 kernel void NAME(FA_SPLIT_ARGS) {                                                           \
     FA_SPLIT_UNPACK                                                                         \
     LOCAL_ARRAY(float, red, FL_WG);                                                         \
@@ -968,7 +968,7 @@ kernel void NAME(FA_SPLIT_ARGS) {                                               
                  mask_off, mask_ne, mask_nb, has_mask, part, part_off, cnt, cnt_off, chunk, \
                  n_chunks, c, scale, softcap, max_bias, m0, m1, n_head_log2, iq, h,         \
                  h / (q_ne.s2 / k_ne.s2), z, dst, dst_off, dst_ne, dst_nb, has_q8, q8,      \
-                 q8_off, rot, PIECES, HEADS, KV, red, wstate, accs, last);                       \
+                 q8_off, rot, PIECES, HEADS, KV, red, wstate, accs, last);                  \
     PK_END                                                                                  \
 }
 FL_KERNEL(kernel_fa_long_d128, 2, 1, FL_F16)
