@@ -370,7 +370,6 @@ fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
         .find(|&w| w > widest)
 }
 
-/// Work-items of a launch.
 /// The chains of `n` launches: maximal runs of those `candidate` admits,
 /// each cut to an odd count (so that its last launch runs on the device's
 /// queue) of at least 3.
@@ -398,6 +397,7 @@ fn chain_runs(n: usize, candidate: impl Fn(usize) -> bool) -> Vec<std::ops::Rang
     runs
 }
 
+/// Work-items of a launch.
 fn work_items(l: &Launch) -> usize {
     l.global[..l.dims as usize].iter().product()
 }

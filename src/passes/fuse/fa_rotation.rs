@@ -25,6 +25,7 @@
 //! groups read: the tiny test model's last layer, whose rotated output lies
 //! over it, keeps its Hadamard launch.
 
+use super::rope_store::{fuse_matches, Match};
 use super::{overlap, readers, span};
 use crate::ggml::types::GgmlType::F32;
 use crate::ir::{Graph, NodeId, Op, Place, TensorType, Value};
@@ -34,32 +35,12 @@ const MAX_HEAD: i64 = 256;
 
 /// Fuses every match; returns how many.
 pub fn run(g: &mut Graph) -> usize {
-    let mut done = 0;
-    let mut refused: Vec<NodeId> = Vec::new();
-    // Ids change with each fusion, so the search starts over after one.
-    while let Some((fa, h, width)) = (0..g.nodes.len())
-        .filter(|i| !refused.contains(i))
-        .find_map(|i| try_match(g, i))
-    {
-        let mut op = g.nodes[fa].op.clone();
-        if let Op::FlashAttn { rotation, .. } = &mut op {
-            *rotation = width as i32;
-        }
-        let inputs = g.nodes[fa].inputs.clone();
-        let name = format!("{} (attention+rotation)", g.nodes[fa].name);
-        if g.fuse(&[fa, h], op, inputs, name).is_some() {
-            done += 1;
-            refused.clear();
-        } else {
-            refused.push(fa);
-        }
-    }
-    done
+    fuse_matches(g, try_match, "attention+rotation")
 }
 
-/// (attention node, Hadamard node, width) where node `i` is an attention
-/// whose output's rotation fuses.
-fn try_match(g: &Graph, i: NodeId) -> Option<(NodeId, NodeId, i64)> {
+/// The attention `i` and the Hadamard that rotates its output, where the
+/// rotation fuses.
+fn try_match(g: &Graph, i: NodeId) -> Option<Match> {
     let n = &g.nodes[i];
     let Op::FlashAttn { rotation: 0, .. } = n.op else {
         return None;
@@ -86,7 +67,20 @@ fn try_match(g: &Graph, i: NodeId) -> Option<(NodeId, NodeId, i64)> {
         && (width as u64).is_power_of_two()
         && width.trailing_zeros().is_multiple_of(2)
         && att.ne[0] % width == 0;
-    (fits && memory_safe(g, n.inputs.as_slice(), att, rotated)).then_some((i, h, width))
+    if !fits || !memory_safe(g, &n.inputs, att, rotated) {
+        return None;
+    }
+    let mut op = n.op.clone();
+    if let Op::FlashAttn { rotation, .. } = &mut op {
+        *rotation = width as i32;
+    }
+    Some(Match {
+        members: vec![i, h],
+        found_at: i,
+        named_by: i,
+        op,
+        inputs: n.inputs.clone(),
+    })
 }
 
 /// Contiguous F32 of static shape in memory the host placed.
@@ -101,7 +95,7 @@ fn placed_f32(g: &Graph, v: Value) -> bool {
 /// Whether the rotated output overlaps none of the attention's inputs, but
 /// q where each of its elements lies where the output's element of the same
 /// head, query and head element does (q: [D, queries, heads, n3], the
-/// output: [D, heads, queries, n3], both F32).
+/// output: [D, heads, queries, n3], both F32, from the same byte).
 fn memory_safe(g: &Graph, inputs: &[Value], att: &TensorType, rotated: Value) -> bool {
     let Some(out) = span(g, rotated) else {
         return false;
@@ -110,20 +104,14 @@ fn memory_safe(g: &Graph, inputs: &[Value], att: &TensorType, rotated: Value) ->
         let Some(s) = span(g, input) else {
             return false;
         };
-        !overlap(&[out], &[s]) || (k == 0 && aliases_q(g, input, att, out.1))
+        let q = g.ty(input);
+        let aliases_q = k == 0
+            && s.1 == out.1
+            && q.dtype == F32
+            && q.ne == [att.ne[0], att.ne[2], att.ne[1], att.ne[3]]
+            && q.nb == [att.nb[0], att.nb[2], att.nb[1], att.nb[3]];
+        !overlap(&[out], &[s]) || aliases_q
     })
-}
-
-fn aliases_q(g: &Graph, q: Value, att: &TensorType, out_start: u64) -> bool {
-    let (t, place) = (g.ty(q), g.output(q).place);
-    let start = match place {
-        Place::Bound(m) => m.offset,
-        Place::Internal => return false,
-    };
-    t.dtype == F32
-        && start == out_start
-        && t.ne == [att.ne[0], att.ne[2], att.ne[1], att.ne[3]]
-        && t.nb == [att.nb[0], att.nb[2], att.nb[1], att.nb[3]]
 }
 
 #[cfg(test)]

@@ -206,7 +206,7 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
     });
     Some(Match {
         members,
-        k_write: wk,
+        found_at: wk,
         named_by: rk,
         op,
         inputs,

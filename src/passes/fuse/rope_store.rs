@@ -24,18 +24,20 @@ pub fn run(g: &mut Graph) -> usize {
     fuse_matches(g, try_match, "rope+store")
 }
 
-/// A match of this pass or of rope_rot_store: the members in the fused
-/// node's port order, the K write by which `fuse_matches` remembers a
-/// refusal, and the member that names the fused node.
+/// A match of this pass, rope_rot_store or fa_rotation: the members in the
+/// fused node's port order, the node `try_match` found it from (a K write;
+/// fa_rotation's attention) by which `fuse_matches` remembers a refusal, and
+/// the member that names the fused node.
 pub(super) struct Match {
     pub members: Vec<NodeId>,
-    pub k_write: NodeId,
+    pub found_at: NodeId,
     pub named_by: NodeId,
     pub op: Op,
     pub inputs: Vec<Value>,
 }
 
-/// Fuses every match `try_match` finds from a K write; returns how many.
+/// Fuses every match `try_match` finds from a node (a K write, or
+/// fa_rotation's attention); returns how many.
 pub(super) fn fuse_matches(
     g: &mut Graph,
     try_match: fn(&Graph, NodeId) -> Option<Match>,
@@ -44,8 +46,8 @@ pub(super) fn fuse_matches(
     let mut fused = 0;
     let mut refused: Vec<NodeId> = Vec::new();
     // Ids change with each fusion, so the search starts over after one; a
-    // refused K write is remembered by its node, whose id only shifts when a
-    // fusion happens, so the list is cleared then.
+    // refused match is remembered by the node it was found at, whose id only
+    // shifts when a fusion happens, so the list is cleared then.
     let find = |g: &Graph, refused: &[NodeId]| {
         (0..g.nodes.len())
             .filter(|w| !refused.contains(w))
@@ -53,15 +55,15 @@ pub(super) fn fuse_matches(
     };
     while let Some(m) = find(g, &refused) {
         let name = format!("{} ({label})", g.nodes[m.named_by].name);
-        // The K write reads rope(k) (or its rotation) through RESHAPE views
-        // between the members; the views are no inputs of the fused node
-        // (the kernel takes those rows from registers or local memory), so
-        // Graph::fuse sees no cycle.
+        // A member reads another through RESHAPE views between them (the K
+        // write rope(k) or its rotation, the Hadamard the attention); the
+        // views are no inputs of the fused node (the kernel takes those rows
+        // from registers or local memory), so Graph::fuse sees no cycle.
         if g.fuse(&m.members, m.op, m.inputs, name).is_some() {
             fused += 1;
             refused.clear();
         } else {
-            refused.push(m.k_write);
+            refused.push(m.found_at);
         }
     }
     fused
@@ -205,7 +207,7 @@ fn try_match(g: &Graph, wk: NodeId) -> Option<Match> {
     }
     Some(Match {
         members: members.to_vec(),
-        k_write: wk,
+        found_at: wk,
         named_by: rk,
         op: Op::RopeStore(p),
         inputs,
