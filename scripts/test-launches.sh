@@ -260,6 +260,20 @@ echo "centered wide model, q8_0 cache: CPU $rot_cpu; rotation in the attention $
   "rotation launches); apart $rot_apart ($rot_apart_n)"
 [[ -n $rot_fused && $rot_fused == "$rot_apart" && $rot_fused == "$rot_cpu" && $rot_fused_n == 0 && $rot_apart_n == 6 ]] ||
   { echo "FAIL: the output's rotation in the attention changed the tokens or kept its launches"; fail=1; }
+# With a quantized cache the decode step is one chain too (kernel_rope_rot_store_f32 chained: the
+# hand-off only takes plans whose chained launches form one run), its sums the CPU backend's.
+out=$(POLYCL_HANDOFF=serial POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+  -m "$WIDEC" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v --ctk q8_0 --ctv q8_0 2>&1) ||
+  { echo "$out" | grep -v launches | tail -n 3 || true; }
+chains=$(echo "$out" | sed -n 's/.*hand-off (Serial): \([0-9]*\) of \([0-9]*\) launches in \([0-9]*\) chains.*/\1 \2 \3/p' |
+  tail -n 1)
+handoff=$(echo "$out" | grep '^tokens:' || true)
+echo "centered wide model, q8_0 cache, POLYCL_HANDOFF=serial: chained/launches/chains: ${chains:-none}; polycl $handoff"
+read -r n_chained n_all n_chains <<<"${chains:-0 0 0}"
+(( n_chains == 1 && n_chained + 1 == n_all )) ||
+  { echo "FAIL: a q8_0 cache's decode step is not one chain of all its launches but the first"; fail=1; }
+[[ -n "$handoff" && "$handoff" == "$rot_cpu" ]] ||
+  { echo "FAIL: the tokens with a q8_0 cache and POLYCL_HANDOFF=serial differ from the CPU backend's"; fail=1; }
 # The output norm's row, which the lm head's kernel writes for the host where the host asks
 # for embeddings (llama marks the row an output): every generation step's against the CPU
 # backend's (measured: ~7e-4 of the row's largest value; the decode steps run

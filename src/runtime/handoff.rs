@@ -60,7 +60,6 @@ pub const NOT_CHAINED: &[&str] = &[
     "kernel_fused_rms_norm",
     "kernel_fused_rms_norm_wide",
     "kernel_rope_store_f32",
-    "kernel_rope_rot_store_f32",
     "kernel_fa_split",
     "kernel_fa_gqa_d64",
     "kernel_fa_gqa_d128",
@@ -116,6 +115,8 @@ pub fn build_defines(target: &BuildTarget, config: &crate::config::Config) -> St
 fn variant_of(name: &str) -> &'static str {
     if name.starts_with("kernel_mul_mv_group_rope_") {
         "group_rope+handoff"
+    } else if name == "kernel_rope_rot_store_f32" {
+        "rope_rot_store+handoff"
     } else if name.starts_with("kernel_fa_gqa_") {
         "fa_gqa+handoff"
     } else if name.starts_with("kernel_fa_") {
@@ -187,9 +188,10 @@ impl Chains {
         let runs = chain_runs(launches.len(), candidate);
         // Chains broken by launches that are not chained cost more than
         // they gain: on the H100 the 1B with a q8_0 or q4_0 cache (a chain
-        // of 5 a layer, broken at kernel_rope_rot_store_f32) decoded ~3%
-        // slower handed off, and 20% with chains of 3 (docs/perf.md step
-        // 84), while its F16 cache's one chain gains 5-7%.
+        // of 5 a layer, when kernel_rope_rot_store_f32 was not chained)
+        // decoded ~3% slower handed off, and 20% with chains of 3
+        // (docs/perf.md step 84), while one chain a step gains: 5-7% with
+        // an F16 cache, 8% with a q8_0 cache (step 85).
         if mode == Handoff::On && runs.len() > 1 {
             crate::log::debug(&format!(
                 "{}: no hand-off: {} chains (launches that are not chained break them)",
@@ -358,9 +360,10 @@ fn chainable(l: &Launch) -> bool {
 /// 63), and a chain broken there lets the second queue run two launches
 /// ahead. A wide launch followed by one that is not chainable counts too:
 /// the 7B's runs of multi-wave launches were slower chained every way
-/// measured (step 63), and with a quantized cache its Q/K/V launch is
-/// followed by the unchainable rope + rotation + cache write, so counting
-/// only the launches a chained one waits on handed the 7B off (step 82).
+/// measured (step 63), and with a quantized cache its Q/K/V launch was
+/// followed by the then unchainable rope + rotation + cache write, so
+/// counting only the launches a chained one waits on handed the 7B off
+/// (step 82).
 fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
     let but_last = widths.len().saturating_sub(1);
     widths[..but_last]
@@ -439,8 +442,9 @@ mod tests {
     use crate::runtime::program::{PACKED, PROGRAMS};
 
     /// A plan whose wide launch is followed by an unchainable one (the 7B
-    /// with a quantized cache: Q/K/V, then the rope + rotation + cache
-    /// write) gets no hand-off; its last launch (the lm head) may be wide.
+    /// with a quantized cache before step 85: Q/K/V, then the rope +
+    /// rotation + cache write) gets no hand-off; its last launch (the lm
+    /// head) may be wide.
     #[test]
     fn a_wide_chainable_launch_but_the_last_refuses_the_hand_off() {
         let widest = 1024 * 132;
@@ -451,11 +455,10 @@ mod tests {
         assert_eq!(too_wide(&[], widest), None);
     }
 
-    /// A decode step's chains: one over an F16 cache's step (its first
-    /// launch, the norm, is not chained), one a layer where a launch that
-    /// is not chained breaks every layer (a quantized cache's rope and
-    /// rotation, `kernel_rope_rot_store_f32`), which `Chains::build` then
-    /// does not hand off.
+    /// A decode step's chains: one over a step whose first launch, the
+    /// norm, is not chained, and one a layer where a launch that is not
+    /// chained breaks every layer (as a quantized cache's rope and rotation
+    /// did before step 85), which `Chains::build` then does not hand off.
     #[test]
     fn chains_are_odd_runs_of_three_or_more() {
         let f16_step = |i: usize| i > 0;

@@ -115,6 +115,7 @@ pub const PROGRAMS: &[(&str, &[&str])] = &[
         "rope_rot_store",
         &[
             COMMON,
+            HANDOFF,
             include_str!("kernels/rope_store.cl"),
             include_str!("kernels/set_rows.cl"),
             include_str!("kernels/hadamard.cl"),

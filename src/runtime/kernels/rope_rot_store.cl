@@ -130,4 +130,5 @@ kernel void kernel_rope_rot_store_f32(PK_SIG(ROPE_ROT_STORE_BUFS)) {
     else if (is_k)
         rr_store(h, n, base, kc_type, kc, kc_off, kc_ne, kc_nb, kr, kr_off, kr_ne, kr_nb,
                  flags & RS_KR_I64, kv_ne);
+    PK_END
 }
