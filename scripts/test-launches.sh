@@ -215,14 +215,21 @@ widec=$(polycl_run "$WIDEC" | grep '^tokens:' || true)
 [[ -n $widec && $(wc -w <<<"$widec") -eq 9 ]] || { echo "FAIL: no tokens from the centered wide model"; fail=1; }
 check_setting "centered wide model" "$WIDEC" "$widec" POLYCL_HANDOFF=serial
 # The hand-off (runtime/handoff.rs) in its serial form, the counters on the one queue: the
-# decode step's kernels chained (the log's "hand-off (Serial): N of M launches"), every wait
-# satisfied (a wait that gave up fails the compute) and the same tokens as the CPU backend's.
-out=$(POLYCL_HANDOFF=serial POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
-  -m "$WIDE" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v 2>&1) || { echo "$out" | grep -v launches | tail -n 3 || true; }
-chained=$(echo "$out" | sed -n 's/.*hand-off (Serial): \([0-9]*\) of \([0-9]*\) launches.*/\1 \2/p' | tail -n 1)
-handoff=$(echo "$out" | grep '^tokens:' || true)
-echo "wide model, POLYCL_HANDOFF=serial: decode step chained/launches: ${chained:-none}; polycl $handoff"
-read -r n_chained n_all <<<"${chained:-0 0}"
+# decode step's kernels chained (the log's "hand-off (Serial): N of M launches in C chains"),
+# every wait satisfied (a wait that gave up fails the compute) and the same tokens as the CPU
+# backend's.
+serial_run() { # MODEL [greedy args]: "chained launches chains|tokens" of the last decode step
+  local model=$1 out
+  shift
+  out=$(POLYCL_HANDOFF=serial POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
+    -m "$model" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v "$@" 2>&1) ||
+    { echo "$out" | grep -v launches | tail -n 3 >&2 || true; }
+  echo "$(echo "$out" | sed -n 's/.*hand-off (Serial): \([0-9]*\) of \([0-9]*\) launches in \([0-9]*\) chains.*/\1 \2 \3/p' |
+    tail -n 1)|$(echo "$out" | grep '^tokens:' || true)"
+}
+IFS='|' read -r chained handoff <<<"$(serial_run "$WIDE")"
+echo "wide model, POLYCL_HANDOFF=serial: decode step chained/launches/chains: ${chained:-none}; polycl $handoff"
+read -r n_chained n_all _ <<<"${chained:-0 0 0}"
 (( n_chained >= 3 && n_chained + 2 >= n_all )) ||
   { echo "FAIL: POLYCL_HANDOFF=serial chains $n_chained of the decode step's $n_all launches"; fail=1; }
 [[ -n "$handoff" && "$handoff" == "$wide_cpu" ]] ||
@@ -262,12 +269,7 @@ echo "centered wide model, q8_0 cache: CPU $rot_cpu; rotation in the attention $
   { echo "FAIL: the output's rotation in the attention changed the tokens or kept its launches"; fail=1; }
 # With a quantized cache the decode step is one chain too (kernel_rope_rot_store_f32 chained: the
 # hand-off only takes plans whose chained launches form one run), its sums the CPU backend's.
-out=$(POLYCL_HANDOFF=serial POLYCL_LOG=1 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" "$GREEDY" \
-  -m "$WIDEC" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 -v --ctk q8_0 --ctv q8_0 2>&1) ||
-  { echo "$out" | grep -v launches | tail -n 3 || true; }
-chains=$(echo "$out" | sed -n 's/.*hand-off (Serial): \([0-9]*\) of \([0-9]*\) launches in \([0-9]*\) chains.*/\1 \2 \3/p' |
-  tail -n 1)
-handoff=$(echo "$out" | grep '^tokens:' || true)
+IFS='|' read -r chains handoff <<<"$(serial_run "$WIDEC" --ctk q8_0 --ctv q8_0)"
 echo "centered wide model, q8_0 cache, POLYCL_HANDOFF=serial: chained/launches/chains: ${chains:-none}; polycl $handoff"
 read -r n_chained n_all n_chains <<<"${chains:-0 0 0}"
 (( n_chains == 1 && n_chained + 1 == n_all )) ||
