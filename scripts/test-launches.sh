@@ -236,12 +236,13 @@ read -r n_chained n_all _ <<<"${chained:-0 0 0}"
   { echo "FAIL: the wide model's tokens with POLYCL_HANDOFF=serial differ from the CPU backend's"; fail=1; }
 # A wait that gives up (POLYCL_FAULT=handoff@3: the third decode step's first chained launch left
 # out, so the launch after it waits for arrivals that never come, as one that found no places on
-# a GPU would): that step's compute fails with the hand-off's error, and the step decoded again
+# a GPU would): that step's compute fails with the hand-off's error, which names the launch that
+# waited (2, the attention) and the one it waited on (1, the chain's first), and the step decoded again
 # (greedy --retry) gives the tokens of the centered wide model without the hand-off, whose sums
 # the hand-off keeps bit for bit.
 out=$(POLYCL_HANDOFF=serial POLYCL_FAULT=handoff@3 POLYCL_FAST_KERNELS=1 GGML_BACKEND_PATH="$POLYCL_LIB" \
   "$GREEDY" -m "$WIDEC" --fa on --prompt-tokens 8 -b 16 -n 8 -t 1 --dev POLYCL0 --retry 2>&1) || true
-gaveup=$(echo "$out" | grep -o 'hand-off waits gave up' | head -n 1)
+gaveup=$(echo "$out" | grep -oE 'hand-off waits gave up on the launch before theirs, the last in launch 2 \(kernel_[a-z0-9_]+\) waiting on launch 1 \(kernel_[a-z0-9_]+\)' | head -n 1)
 retried=$(echo "$out" | grep '^retried:' || true)
 tokens=$(echo "$out" | grep '^tokens:' || true)
 echo "centered wide model, a hand-off wait that gives up: ${gaveup:-no error}; ${retried:-no retry}; polycl $tokens"

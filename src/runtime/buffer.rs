@@ -401,22 +401,26 @@ impl Device {
     /// the launch they wait for, hold places on the device that launch then
     /// may not find (a wait that gives up, runtime/handoff.rs).
     pub fn flush_from(&self, second_first: bool) -> Result<()> {
-        let second = match self.second.get() {
-            Some(Ok(second)) => Some(second),
-            _ => None,
-        };
-        let flush_second = || match second {
-            Some(q) => q.flush().cl("clFlush"),
-            None => Ok(()),
-        };
         if second_first {
-            flush_second()?;
+            self.flush_queue(true)?;
         }
-        cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))?;
+        self.flush_queue(false)?;
         if !second_first {
-            flush_second()?;
+            self.flush_queue(true)?;
         }
         Ok(())
+    }
+
+    /// Flushes the hand-off's second queue (where there is one) or the
+    /// device's own.
+    pub fn flush_queue(&self, second: bool) -> Result<()> {
+        if second {
+            return match self.second.get() {
+                Some(Ok(q)) => q.flush().cl("clFlush"),
+                _ => Ok(()),
+            };
+        }
+        cq::flush(self.queue()?.get()).map_err(|s| Error::OpenCl("clFlush", s))
     }
 }
 

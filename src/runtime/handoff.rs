@@ -11,10 +11,12 @@
 //! Why it cannot deadlock on the queues: with two queues alternating, launch
 //! i + 1 follows launch i - 1 on its queue, so only launches i and i + 1 are
 //! ever in flight together, and a waiting launch waits only on the one
-//! before it, which started first. A group that waits holds its place on the
-//! device; where the launch it waits for could not get places beside it, the
-//! wait gives up after a poll budget and counts itself at the failure word,
-//! which `Chains::failures` reads: a wrong result reported, not a hang.
+//! before it, which reached the device first: `Plan::run` flushes each
+//! chained launch on its own as soon as it is enqueued (`flushes_each`). A
+//! group that waits holds its place on the device; where the launch it waits
+//! for could not get places beside it, the wait gives up after a poll budget
+//! and counts itself in the failure record, which names the launch and which
+//! `Chains::check` reads: a wrong result reported, not a hang.
 //!
 //! A chain runs an odd number of launches, so that its first and last run
 //! on the device's own queue: the first after everything enqueued before
@@ -34,7 +36,7 @@ use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Runs between two reads of the failure word where the hand-off runs on
+/// Runs between two reads of the failure record where the hand-off runs on
 /// two queues: each read is one more command, and not waited for.
 const CHECK_EVERY: u64 = 64;
 
@@ -137,14 +139,25 @@ pub struct Chains {
     pub first: usize,
     /// The serial form (one queue): each run's waits are checked after it.
     pub serial: bool,
-    /// One counter a chained launch, then the failure word.
+    /// One counter a chained launch, then the failure record.
     counters: Buffer<u32>,
     failure_index: usize,
-    /// Runs so far, and the failure word's read in flight with the host
-    /// word it lands in (two queues: `check`).
+    /// The low half of the counters' device address: a failure record
+    /// names the counter its wait polled, and so the launch that waited.
+    counters_lo: u32,
+    /// Each chained launch's index in the plan and kernel, in chain order
+    /// (the order of their counters).
+    chained_launches: Vec<(usize, String)>,
+    /// Runs so far, and the failure record's read in flight with the host
+    /// words it lands in (two queues: `check`).
     runs: AtomicU64,
-    pending: Mutex<Option<(Event, Box<u32>)>>,
+    pending: Mutex<Option<(Event, Box<FailureRecord>)>>,
 }
+
+/// The failure record (kernels/handoff.cl `handoff_wait`): how many waits
+/// gave up, and the low half of the address of the counter the last one
+/// polled.
+type FailureRecord = [u32; 2];
 
 impl Drop for Chains {
     fn drop(&mut self) {
@@ -204,14 +217,17 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
-        let mut zeros = vec![0u32; chained + 1];
+        let mut zeros = vec![0u32; chained + 2];
         let counters = super::step::upload(device, &mut zeros)?;
         let base = super::addresses::resolve(device, &[counters.get()])?[0];
         let failure = base + 4 * chained as u64;
         let mut second = vec![false; launches.len()];
+        let mut chained_launches = Vec::with_capacity(chained);
         let mut k = 0u64;
         for run in &runs {
             for (p, i) in run.clone().enumerate() {
+                let name = launches[i].kernel.function_name().unwrap_or_default();
+                chained_launches.push((i, name));
                 let wait = if p == 0 { 0 } else { base + 4 * (k - 1) };
                 let want = if p == 0 { 0 } else { groups(&launches[i - 1]) };
                 let rewind_own = u64::from(p + 1 == run.len()) << 32;
@@ -238,6 +254,8 @@ impl Chains {
             serial,
             counters,
             failure_index: chained,
+            counters_lo: base as u32,
+            chained_launches,
             runs: AtomicU64::new(0),
             pending: Mutex::new(None),
         }))
@@ -250,15 +268,31 @@ impl Chains {
         self.second[i] && !gave_up
     }
 
+    /// Whether launch `i` is flushed on its own as soon as it is enqueued:
+    /// a chained launch on two queues. Flushed in batches, a queue's later
+    /// launches reached the device before the other queue's launches they
+    /// wait for, whenever the host paused between the two flushes for
+    /// longer than a launch runs; their groups then held the places that
+    /// those launches needed, and waits gave up (H200, 1B: 1 run in 20 of
+    /// llama-bench failed, docs/perf.md step 86).
+    pub fn flushes_each(&self, i: usize, gave_up: bool) -> bool {
+        !self.serial
+            && !gave_up
+            && self
+                .chained_launches
+                .binary_search_by_key(&i, |(at, _)| *at)
+                .is_ok()
+    }
+
     /// An error if a wait of the runs so far gave up, after which the
     /// counters start again from zero. The serial form (tests; on one queue
     /// no wait can give up but through a kernel that never arrived) reads
-    /// the failure word after every run, waiting; on two queues every
+    /// the failure record after every run, waiting; on two queues every
     /// CHECK_EVERY-th run reads it without waiting and a later run looks at
     /// what came back, so a wait that gave up (a launch that could not get
     /// places beside the one waiting for it) fails a compute soon after.
     pub fn check(&self, device: &Device) -> Result<()> {
-        let failed = if self.serial {
+        let [failed, polled] = if self.serial {
             self.failures(device)?
         } else {
             if !self
@@ -269,19 +303,19 @@ impl Chains {
                 return Ok(());
             }
             let mut pending = self.pending.lock();
-            let mut failed = 0;
-            if let Some((read, word)) = pending.as_ref() {
+            let mut record = [0, 0];
+            if let Some((read, words)) = pending.as_ref() {
                 let status = read.command_execution_status().map(|s| s.0);
                 if status != Ok(opencl3::event::CL_COMPLETE) {
                     return Ok(());
                 }
-                failed = **word;
+                record = **words;
                 *pending = None;
             }
-            if failed == 0 {
+            if record[0] == 0 {
                 *pending = Some(self.read_failures(device)?);
             }
-            failed
+            record
         };
         if failed == 0 {
             return Ok(());
@@ -295,19 +329,20 @@ impl Chains {
         if let Some(Ok(second)) = device.second.get() {
             second.finish().cl("clFinish")?;
         }
-        let zeros = vec![0u32; self.failure_index + 1];
+        let zeros = vec![0u32; self.failure_index + 2];
         super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
         Err(crate::error::Error::Unsupported(format!(
-            "{}: {failed} hand-off waits gave up on the launch before theirs (its results are \
-             wrong; the device runs without the hand-off from now on; POLYCL_HANDOFF=0 turns it \
-             off from the start)",
-            device.name
+            "{}: {failed} hand-off waits gave up on the launch before theirs{} (its results \
+             are wrong; the device runs without the hand-off from now on; POLYCL_HANDOFF=0 \
+             turns it off from the start)",
+            device.name,
+            waiter_text(&self.chained_launches, self.counters_lo, polled)
         )))
     }
 
-    /// Enqueues a read of the failure word into a box, not waited for.
-    fn read_failures(&self, device: &Device) -> Result<(Event, Box<u32>)> {
-        let mut word = Box::new(0u32);
+    /// Enqueues a read of the failure record into a box, not waited for.
+    fn read_failures(&self, device: &Device) -> Result<(Event, Box<FailureRecord>)> {
+        let mut words: Box<FailureRecord> = Box::new([0, 0]);
         // SAFETY: the box outlives the read: it is kept with the read's
         // event, dropped only once the event is complete (`check`, Drop).
         let ev = unsafe {
@@ -316,26 +351,40 @@ impl Chains {
                 self.counters.get(),
                 opencl3::types::CL_NON_BLOCKING,
                 4 * self.failure_index,
-                4,
-                &mut *word as *mut u32 as *mut c_void,
+                std::mem::size_of::<FailureRecord>(),
+                words.as_mut_ptr() as *mut c_void,
                 0,
                 std::ptr::null(),
             )
         }
         .map_err(|s| crate::error::Error::OpenCl("clEnqueueReadBuffer", s))?;
-        Ok((Event::new(ev), word))
+        Ok((Event::new(ev), words))
     }
 
-    /// Waits that gave up so far (blocking: tests and diagnostics).
-    pub fn failures(&self, device: &Device) -> Result<u32> {
-        let mut word = [0u32];
+    /// The failure record so far (blocking: the serial form).
+    pub fn failures(&self, device: &Device) -> Result<FailureRecord> {
+        let mut words = [0u32; 2];
         super::addresses::read_blocking(
             device,
             self.counters.get(),
             4 * self.failure_index,
-            &mut word,
+            &mut words,
         )?;
-        Ok(word[0])
+        Ok(words)
+    }
+}
+
+/// Names the launch whose wait polled the counter at low address `polled`
+/// (a failure record's second word) and the one it waited on, from the
+/// chained launches in counter order and the counters' low address.
+fn waiter_text(chained_launches: &[(usize, String)], counters_lo: u32, polled: u32) -> String {
+    let offset = polled.wrapping_sub(counters_lo);
+    let k = (offset / 4) as usize;
+    match (chained_launches.get(k), chained_launches.get(k + 1)) {
+        (Some((i0, k0)), Some((i1, k1))) if offset.is_multiple_of(4) => {
+            format!(", the last in launch {i1} ({k1}) waiting on launch {i0} ({k0})")
+        }
+        _ => String::new(),
     }
 }
 
@@ -472,6 +521,29 @@ mod tests {
             chain_runs(4, |i| i != 2),
             Vec::<std::ops::Range<usize>>::new()
         );
+    }
+
+    /// A failure record's counter address names the launch that waited on
+    /// it (the next in the chain); an address that is no chained launch's
+    /// counter, or whose waiter is not in the chain, names none.
+    #[test]
+    fn a_failure_record_names_the_waiting_launch() {
+        let chain: Vec<(usize, String)> = [(1, "a"), (2, "b"), (3, "c")]
+            .iter()
+            .map(|(i, n)| (*i, n.to_string()))
+            .collect();
+        let lo = 0xffff_fff8u32; // the counters' low half may wrap
+        assert_eq!(
+            waiter_text(&chain, lo, lo.wrapping_add(4)),
+            ", the last in launch 3 (c) waiting on launch 2 (b)"
+        );
+        assert_eq!(
+            waiter_text(&chain, lo, lo),
+            ", the last in launch 2 (b) waiting on launch 1 (a)"
+        );
+        assert_eq!(waiter_text(&chain, lo, lo.wrapping_add(8)), "");
+        assert_eq!(waiter_text(&chain, lo, lo.wrapping_add(2)), "");
+        assert_eq!(waiter_text(&chain, lo, lo.wrapping_sub(4)), "");
     }
 
     /// Every packed kernel that may be chained is in its hand-off variant's

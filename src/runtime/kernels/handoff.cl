@@ -9,7 +9,8 @@
 // group of the launch has passed that wait, and the launch that counts there
 // next runs in the next graph compute. A wait that outlasts HANDOFF_POLLS
 // polls counts itself at the failure word and goes on (the host reports it),
-// so that a launch never hangs on one that could not start.
+// so that a launch never hangs on one that could not start; the word after it
+// takes the low half of the counter's address, which names the launch.
 // Slots: [wait counter address, arrivals | rewind own counter << 32,
 // arrive counter address, failure word address].
 #if defined(POLYCL_HANDOFF) && !defined(POLYCL_STEP)
@@ -47,7 +48,9 @@ inline void handoff_wait(__global const ulong *pk) {
         uint polls = 0;
         while (*c < want) {
             if (++polls == HANDOFF_POLLS) {
-                atomic_inc((volatile __global uint *)pk[3]);
+                volatile __global uint *failure = (volatile __global uint *)pk[3];
+                atomic_inc(failure);
+                atomic_xchg(failure + 1, (uint)at);
                 break;
             }
             HANDOFF_PAUSE();
