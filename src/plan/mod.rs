@@ -306,12 +306,13 @@ impl Plan {
                 // it at once. A pair counts as one launch. A chained launch
                 // on two queues reaches the device after the one it waits
                 // for only if each is flushed in turn (handoff.rs).
-                if flush_each(i) && since_flush == 1 && span.is_none() {
+                let each = flush_each(i);
+                if each && since_flush == 1 && span.is_none() {
                     // The one launch not yet flushed: its queue alone.
                     self.device.flush_queue(second(i))?;
                     since_flush = 0;
                 } else if since_flush == every
-                    || flush_each(i)
+                    || each
                     || matches!(merged, Some((_, Merged::Step(_))))
                 {
                     self.device.flush_from(oldest_on_second)?;

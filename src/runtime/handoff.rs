@@ -133,15 +133,12 @@ pub struct Chains {
     /// For each launch of the plan, whether it goes to the second queue
     /// (`on_second`).
     second: Vec<bool>,
-    /// Launches in chains.
-    pub chained: usize,
     /// The first chained launch.
     pub first: usize,
     /// The serial form (one queue): each run's waits are checked after it.
     pub serial: bool,
     /// One counter a chained launch, then the failure record.
     counters: Buffer<u32>,
-    failure_index: usize,
     /// The low half of the counters' device address: a failure record
     /// names the counter its wait polled, and so the launch that waited.
     counters_lo: u32,
@@ -157,7 +154,8 @@ pub struct Chains {
 /// The failure record (kernels/handoff.cl `handoff_wait`): how many waits
 /// gave up, and the low half of the address of the counter the last one
 /// polled.
-type FailureRecord = [u32; 2];
+type FailureRecord = [u32; RECORD_WORDS];
+const RECORD_WORDS: usize = 2;
 
 impl Drop for Chains {
     fn drop(&mut self) {
@@ -217,7 +215,7 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
-        let mut zeros = vec![0u32; chained + 2];
+        let mut zeros = vec![0u32; chained + RECORD_WORDS];
         let counters = super::step::upload(device, &mut zeros)?;
         let base = super::addresses::resolve(device, &[counters.get()])?[0];
         let failure = base + 4 * chained as u64;
@@ -250,10 +248,8 @@ impl Chains {
         Ok(Some(Chains {
             first: runs[0].start,
             second,
-            chained,
             serial,
             counters,
-            failure_index: chained,
             counters_lo: base as u32,
             chained_launches,
             runs: AtomicU64::new(0),
@@ -303,7 +299,7 @@ impl Chains {
                 return Ok(());
             }
             let mut pending = self.pending.lock();
-            let mut record = [0, 0];
+            let mut record = [0; RECORD_WORDS];
             if let Some((read, words)) = pending.as_ref() {
                 let status = read.command_execution_status().map(|s| s.0);
                 if status != Ok(opencl3::event::CL_COMPLETE) {
@@ -329,7 +325,7 @@ impl Chains {
         if let Some(Ok(second)) = device.second.get() {
             second.finish().cl("clFinish")?;
         }
-        let zeros = vec![0u32; self.failure_index + 2];
+        let zeros = vec![0u32; self.chained_launches.len() + RECORD_WORDS];
         super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
         Err(crate::error::Error::Unsupported(format!(
             "{}: {failed} hand-off waits gave up on the launch before theirs{} (its results \
@@ -342,7 +338,7 @@ impl Chains {
 
     /// Enqueues a read of the failure record into a box, not waited for.
     fn read_failures(&self, device: &Device) -> Result<(Event, Box<FailureRecord>)> {
-        let mut words: Box<FailureRecord> = Box::new([0, 0]);
+        let mut words: Box<FailureRecord> = Box::new([0; RECORD_WORDS]);
         // SAFETY: the box outlives the read: it is kept with the read's
         // event, dropped only once the event is complete (`check`, Drop).
         let ev = unsafe {
@@ -350,7 +346,7 @@ impl Chains {
                 device.queue()?.get(),
                 self.counters.get(),
                 opencl3::types::CL_NON_BLOCKING,
-                4 * self.failure_index,
+                self.record_offset(),
                 std::mem::size_of::<FailureRecord>(),
                 words.as_mut_ptr() as *mut c_void,
                 0,
@@ -363,14 +359,19 @@ impl Chains {
 
     /// The failure record so far (blocking: the serial form).
     pub fn failures(&self, device: &Device) -> Result<FailureRecord> {
-        let mut words = [0u32; 2];
+        let mut words = [0u32; RECORD_WORDS];
         super::addresses::read_blocking(
             device,
             self.counters.get(),
-            4 * self.failure_index,
+            self.record_offset(),
             &mut words,
         )?;
         Ok(words)
+    }
+
+    /// The failure record's byte offset: after one counter a chained launch.
+    fn record_offset(&self) -> usize {
+        4 * self.chained_launches.len()
     }
 }
 
