@@ -34,8 +34,9 @@
 //! | `POLYCL_FA_SHORT_KV` | 0 to 2147483647 | with `POLYCL_ATTN_O=1`: the longest KV cache (positions, as the graph holds it) whose decode attention takes the short-cache kernel, which the pair needs (default 256, llama's shortest padded cache; 0: never) |
 //! | `POLYCL_ATTN_O_MAXRREG` | 32 to 128 | NVIDIA: cap the attention + O projection kernels' registers per work-item (`-cl-nv-maxrregcount`), so that two of their 512-wide work-groups fit on a compute unit (default: no cap; a tuning knob) |
 //! | `POLYCL_BUFFER_ADDRESSES` | `0`, `1` or `reads` | which buffers the decode kernels (program.rs `BY_ADDRESS`: matvec, norm, rope, attention, the attention + O pair) take as their device addresses, ulong arguments read back once when a plan binds a launch, instead of buffer arguments (`runtime/addresses.rs`): `1` (default) all, `reads` the ones a kernel only reads, `0` none; not by default on Mesa's rusticl (device.rs `is_rusticl`); only on a device alone in its OpenCL context that passes a check at first use, elsewhere buffers stay arguments. NVIDIA's enqueue costs ~0.4 us a buffer argument and ~0.05 us a ulong; on the H200 a 1B token took ~170-270 us less of the host's time and the 7B's GPU time did not change (docs/perf.md step 48) |
-//! | `POLYCL_HANDOFF` | `0`, `1` or `serial` | `1` (default on NVIDIA GPUs of compute capability 9.0 and later, where it was measured): a decode step's runs of decode kernels alternate between two in-order queues, and each launch's work-groups wait at their top on an arrival counter that every work-group of the launch before increments at its end (`runtime/handoff.rs`), so a launch's groups start while the one before drains; only for plans whose every such launch fits `POLYCL_HANDOFF_WIDTH` and whose chained launches form one chain (chains broken by a launch that is not chained were slower: docs/perf.md step 84) (on the H200 the 1B Q4_0 decoded 8-12% faster; the 7B's Q/K/V launch is wider, and the 7B's chains ended at it were 13% slower, docs/perf.md step 63); `1` on another NVIDIA GPU is for trying (a GPU that holds fewer groups a compute unit gives up waits: the compute that finds one fails with an error, and the device goes on without the hand-off); `serial`: the same counters on the one queue (tests); `0` (default elsewhere): one queue, no counters |
+//! | `POLYCL_HANDOFF` | `0`, `1` or `serial` | `1` (default on NVIDIA GPUs of compute capability 9.0 and later, where it was measured): a decode step's runs of decode kernels alternate between two in-order queues, and each launch's work-groups wait at their top on an arrival counter that every work-group of the launch before increments at its end (`runtime/handoff.rs`), so a launch's groups start while the one before drains; only for plans whose every such launch fits `POLYCL_HANDOFF_WIDTH` and whose chained launches form one chain (chains broken by a launch that is not chained were slower: docs/perf.md step 84) (on the H200 the 1B Q4_0 decoded 8-12% faster; the 7B's Q/K/V launch is wider, and the 7B's chains ended at it were 13% slower, docs/perf.md step 63); `1` on another NVIDIA GPU is for trying (a GPU that holds fewer groups a compute unit gives up waits: the compute that finds one runs again in order, see `POLYCL_HANDOFF_CHECK`, and the device goes on without the hand-off); `serial`: the same counters on the one queue (tests); `0` (default elsewhere): one queue, no counters |
 //! | `POLYCL_HANDOFF_WIDTH` | 1 to 1048576 | with `POLYCL_HANDOFF=1`: a plan is handed off only if none of its chainable decode launches but the last (the lm head) has more work-items than this many a compute unit (default 1024: the later groups of a launch that does not fit on the device at once find their places held by its successor's waiting groups, and the 7B's multi-wave launches were slower chained every way measured) |
+//! | `POLYCL_HANDOFF_CHECK` | 1 to 1048576 | with the hand-off on two queues: computes between two reads of its failure record (default 1: read behind every compute, waiting, so that a wait that gave up, whose compute's results are wrong, is found before the host reads them, and that compute runs again in order after its overwritten inputs are copied back (`plan/rerun.rs`); more: read every that many computes without waiting, and a wait that gave up fails a later compute with an error) |
 //! | `POLYCL_HANDOFF_SLEEP` | 0 to 10000 | with `POLYCL_HANDOFF`, NVIDIA sm_70 and later: nanoseconds a waiting work-group sleeps between polls of its counter (default 0: it polls without pause) |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
 //! | `POLYCL_STEP_GROUPS` | 1 to 32 | work-groups of the step kernel per compute unit, tried first by the residency check (default 4) |
@@ -138,6 +139,12 @@ pub struct Config {
     /// Work-items a compute unit that a launch may have and still be waited
     /// on by counters (`POLYCL_HANDOFF_WIDTH`).
     pub handoff_width: usize,
+    /// Computes between two reads of the hand-off's failure record
+    /// (`POLYCL_HANDOFF_CHECK`): 1 reads it behind every compute, waiting,
+    /// and runs a compute whose wait gave up again without the hand-off;
+    /// more reads it every that many without waiting, and a wait that gave
+    /// up fails a later compute.
+    pub handoff_check_every: u64,
     /// Which decode-kernel buffers go by device address
     /// (`POLYCL_BUFFER_ADDRESSES`, runtime/addresses.rs); None: not asked,
     /// `All` where the device allows it.
@@ -414,6 +421,7 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
         step_groups_per_cu: 4,
         step_max_mb: 8,
         handoff_width: 1024,
+        handoff_check_every: 1,
         ..Default::default()
     };
     if let Some(v) = get("POLYCL_DEVICES") {
@@ -593,6 +601,14 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (1..=1 << 20).contains(&n) => c.handoff_width = n,
             _ => c.problems.push(format!(
                 "POLYCL_HANDOFF_WIDTH={v:?}: expected an integer from 1 to 1048576; using 1024"
+            )),
+        }
+    }
+    if let Some(v) = get("POLYCL_HANDOFF_CHECK") {
+        match v.trim().parse::<u64>() {
+            Ok(n) if (1..=1 << 20).contains(&n) => c.handoff_check_every = n,
+            _ => c.problems.push(format!(
+                "POLYCL_HANDOFF_CHECK={v:?}: expected an integer from 1 to 1048576; using 1"
             )),
         }
     }
@@ -1026,6 +1042,10 @@ mod tests {
             4096
         );
         assert_eq!(with(&[("POLYCL_HANDOFF_WIDTH", "0")]).problems.len(), 1);
+        assert_eq!(c.handoff_check_every, 1);
+        let every = with(&[("POLYCL_HANDOFF_CHECK", "64")]);
+        assert_eq!(every.handoff_check_every, 64);
+        assert_eq!(with(&[("POLYCL_HANDOFF_CHECK", "0")]).problems.len(), 1);
         for (v, want) in [
             ("0", Handoff::Off),
             ("1", Handoff::On),

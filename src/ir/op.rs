@@ -329,4 +329,17 @@ impl Op {
     pub fn is_sink(&self) -> bool {
         matches!(self, Op::Assign { .. })
     }
+
+    /// The inputs an op writes into without reading them: the destinations
+    /// of its cache writes, and the memory of an output it writes in place
+    /// of an input's (`plan/rerun.rs` tells them from inputs it reads).
+    pub fn destinations(&self) -> &'static [usize] {
+        match self {
+            Op::SetRows | Op::ScatterRows => &[0],
+            Op::RopeStore(_) | Op::RopeRotStore(_) => &[3, 6],
+            Op::MulMatGroupRope(_) => &[4, 6],
+            Op::MulMatNormed => &[3],
+            _ => &[],
+        }
+    }
 }

@@ -15,6 +15,7 @@ pub mod mul_mat;
 pub mod mul_mv;
 pub mod q8_cache;
 pub mod request;
+pub mod rerun;
 pub mod rope_rot_store;
 pub mod rope_store;
 
@@ -42,6 +43,10 @@ pub struct Plan {
     pub merged: std::collections::HashMap<usize, (usize, Merged)>,
     /// Runs of launches handed off between two queues (runtime/handoff.rs).
     pub handoff: Option<crate::runtime::handoff::Chains>,
+    /// How a compute whose hand-off wait gave up runs again before the
+    /// host reads its results (rerun.rs); None where it may not, or where
+    /// no wait can give up.
+    rerun: Option<rerun::Rerun>,
 }
 
 /// One launch in place of a run of a plan's launches.
@@ -238,12 +243,26 @@ impl Plan {
             scratch,
             free_epoch: DeviceBuffer::free_epoch(),
             mm: binder.mm,
+            rerun: match &handoff {
+                Some(chains) if chains.checks_each() => rerun::Rerun::new(graph, device)?,
+                _ => None,
+            },
             handoff,
         })
     }
 
-    /// Enqueues every launch; returns without waiting (ggml's compute is async).
+    /// Enqueues every launch; returns without waiting (ggml's compute is
+    /// async) but where the hand-off's failure record is read behind it.
     pub fn run(&self) -> Result<()> {
+        self.run_as(false)
+    }
+
+    /// `run`; `in_order`: the chained launches on one queue (a second run).
+    fn run_as(&self, in_order: bool) -> Result<()> {
+        let gave_up = in_order || self.device.handoff_gave_up.load(Ordering::Relaxed);
+        if let Some(rerun) = self.rerun.as_ref().filter(|_| !gave_up) {
+            rerun.save()?;
+        }
         let mut s = self.mm.begin();
         // The device starts on a batch only once it is flushed: flushing every
         // few launches lets it run a token's first kernels while the host
@@ -264,10 +283,7 @@ impl Plan {
         });
         let mut first = None;
         let mut held: Option<(&Launch, bool)> = None;
-        let gave_up = self.device.handoff_gave_up.load(Ordering::Relaxed);
         let second = |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.on_second(i, gave_up));
-        let flush_each =
-            |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.flushes_each(i, gave_up));
         // POLYCL_FAULT=handoff: a chain's first launch left out.
         let left_out = (self.handoff.as_ref())
             .filter(|_| crate::fault::handoff())
@@ -303,18 +319,8 @@ impl Plan {
                 }
                 since_flush += 1;
                 // A step launch is a run of launches: the device starts on
-                // it at once. A pair counts as one launch. A chained launch
-                // on two queues reaches the device after the one it waits
-                // for only if each is flushed in turn (handoff.rs).
-                let each = flush_each(i);
-                if each && since_flush == 1 && span.is_none() {
-                    // The one launch not yet flushed: its queue alone.
-                    self.device.flush_queue(second(i))?;
-                    since_flush = 0;
-                } else if since_flush == every
-                    || each
-                    || matches!(merged, Some((_, Merged::Step(_))))
-                {
+                // it at once. A pair counts as one launch.
+                if since_flush == every || matches!(merged, Some((_, Merged::Step(_)))) {
                     self.device.flush_from(oldest_on_second)?;
                     since_flush = 0;
                 }
@@ -330,7 +336,29 @@ impl Plan {
         self.device
             .flush_from(since_flush > 0 && oldest_on_second)?;
         if let Some(chains) = &self.handoff {
-            chains.check(&self.device)?;
+            if let Some(gave_up) = chains.check(&self.device)? {
+                let rerun = self.rerun.as_ref().filter(|_| chains.checks_each());
+                let kept = crate::runtime::handoff::give_up(&self.device, rerun.is_some());
+                let Some(rerun) = rerun else {
+                    return Err(crate::error::Error::Unsupported(format!(
+                        "{gave_up} (a compute's results are wrong; the device runs without \
+                         the hand-off from now on; POLYCL_HANDOFF=0 turns it off from the start)"
+                    )));
+                };
+                // Nothing has read this compute's results yet, and its
+                // inputs are as they were before it: it runs again, in order.
+                rerun.restore()?;
+                crate::log::warn(&format!(
+                    "{gave_up}; the compute runs again in order, and the device goes on {} \
+                     (POLYCL_HANDOFF=0 turns it off from the start)",
+                    if kept {
+                        "with the hand-off"
+                    } else {
+                        "without the hand-off"
+                    }
+                ));
+                return self.run_as(true);
+            }
         }
         if crate::runtime::profile::per_kernel() {
             self.device.synchronize()?;

@@ -76,6 +76,8 @@ pub struct Device {
     /// plans are not handed off, and every earlier one's chained launches
     /// run on one queue.
     pub(crate) handoff_gave_up: AtomicBool,
+    /// Computes here whose hand-off wait gave up (handoff.rs `give_up`).
+    pub(crate) handoff_give_ups: std::sync::atomic::AtomicU32,
     /// The group trace's buffer (`POLYCL_PROFILE=groups`, trace.rs), made
     /// at its first use; None where the device cannot trace.
     pub(crate) trace: OnceLock<Option<super::trace::Trace>>,
@@ -371,6 +373,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             uploads: Mutex::new(Default::default()),
             readbacks: Mutex::new(Default::default()),
             handoff_gave_up: AtomicBool::new(false),
+            handoff_give_ups: std::sync::atomic::AtomicU32::new(0),
             trace: OnceLock::new(),
         };
         log::info(&format!(

@@ -11,12 +11,17 @@
 //! Why it cannot deadlock on the queues: with two queues alternating, launch
 //! i + 1 follows launch i - 1 on its queue, so only launches i and i + 1 are
 //! ever in flight together, and a waiting launch waits only on the one
-//! before it, which reached the device first: `Plan::run` flushes each
-//! chained launch on its own as soon as it is enqueued (`flushes_each`). A
-//! group that waits holds its place on the device; where the launch it waits
-//! for could not get places beside it, the wait gives up after a poll budget
+//! before it. A group that waits holds its place on the device; where the
+//! launch it waits for could not get places beside it (it reached the device
+//! after its successor: `Plan::run` flushes launches in batches, the queue
+//! with the oldest first, and a host that pauses between a batch's two
+//! flushes lets the first queue's later launches go ahead; flushing each
+//! launch on its own cost the 1B 8-12% on an H100, docs/perf.md step 87),
+//! the wait gives up after a poll budget
 //! and counts itself in the failure record, which names the launch and which
-//! `Chains::check` reads: a wrong result reported, not a hang.
+//! `Chains::check` reads behind each compute: not a hang, and not a wrong
+//! result either, since `Plan::run` runs that compute again in order
+//! (plan/rerun.rs) before the host reads it.
 //!
 //! A chain runs an odd number of launches, so that its first and last run
 //! on the device's own queue: the first after everything enqueued before
@@ -35,10 +40,6 @@ use opencl3::memory::{Buffer, ClMem};
 use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Runs between two reads of the failure record where the hand-off runs on
-/// two queues: each read is one more command, and not waited for.
-const CHECK_EVERY: u64 = 64;
 
 /// Slots a kernel built for the hand-off reads before its own (handoff.cl
 /// HANDOFF_SLOTS).
@@ -100,6 +101,26 @@ pub fn mode(device: &Device) -> Handoff {
         return Handoff::Serial;
     }
     asked
+}
+
+/// Give-ups a device survives with the hand-off on, each compute run
+/// again (plan/rerun.rs): with batched flushes a wait gave up in ~1 of
+/// 13000 1B decode steps on Hopper (docs/perf.md step 87), which should not
+/// cost the rest of a process the hand-off's 8-12%, while a GPU that gives
+/// up every compute runs this many twice.
+pub const GIVE_UPS_KEPT: u32 = 2;
+
+/// Counts a compute on `device` whose hand-off wait gave up; whether the
+/// device goes on with the hand-off (`rerun`: the compute runs again). Once
+/// it does not, every plan's chained launches go to one queue (`on_second`)
+/// and no later plan is handed off (`mode`).
+pub fn give_up(device: &Device, rerun: bool) -> bool {
+    let before = device.handoff_give_ups.fetch_add(1, Ordering::Relaxed);
+    let keep = rerun && before < GIVE_UPS_KEPT;
+    if !keep {
+        device.handoff_gave_up.store(true, Ordering::Relaxed);
+    }
+    keep
 }
 
 /// The build options of a hand-off variant on `target`.
@@ -184,9 +205,10 @@ impl Chains {
         let widest = crate::config::get().handoff_width.saturating_mul(cus);
         // Each launch's work-items where it may be chained (a kernel name
         // query each), None where not: the width rule and the runs read it.
-        let widths: Vec<Option<usize>> = (0..launches.len())
+        let mut widths: Vec<Option<usize>> = (0..launches.len())
             .map(|i| (eligible(i) && chainable(&launches[i])).then(|| work_items(&launches[i])))
             .collect();
+        unchain_wide_last(&mut widths, widest);
         let candidate = |i: usize| widths[i].is_some();
         if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest)) {
             crate::log::debug(&format!(
@@ -264,46 +286,41 @@ impl Chains {
         self.second[i] && !gave_up
     }
 
-    /// Whether launch `i` is flushed on its own as soon as it is enqueued:
-    /// a chained launch on two queues. Flushed in batches, a queue's later
-    /// launches reached the device before the other queue's launches they
-    /// wait for, whenever the host paused between the two flushes for
-    /// longer than a launch runs; their groups then held the places that
-    /// those launches needed, and waits gave up (H200, 1B: 1 run in 20 of
-    /// llama-bench failed, docs/perf.md step 86).
-    pub fn flushes_each(&self, i: usize, gave_up: bool) -> bool {
-        !self.serial
-            && !gave_up
-            && self
-                .chained_launches
-                .binary_search_by_key(&i, |(at, _)| *at)
-                .is_ok()
+    /// Whether every run reads the failure record, waiting
+    /// (`POLYCL_HANDOFF_CHECK=1`, the default): a wait that gave up is then
+    /// found before the host reads the run's results, and `Plan::run` runs
+    /// it again without the hand-off.
+    pub fn checks_each(&self) -> bool {
+        crate::config::get().handoff_check_every == 1
     }
 
-    /// An error if a wait of the runs so far gave up, after which the
-    /// counters start again from zero. The serial form (tests; on one queue
-    /// no wait can give up but through a kernel that never arrived) reads
-    /// the failure record after every run, waiting; on two queues every
-    /// CHECK_EVERY-th run reads it without waiting and a later run looks at
-    /// what came back, so a wait that gave up (a launch that could not get
-    /// places beside the one waiting for it) fails a compute soon after.
-    pub fn check(&self, device: &Device) -> Result<()> {
-        let [failed, polled] = if self.serial {
+    /// What went wrong if a wait of the runs so far gave up, after which
+    /// the counters start again from zero (`give_up` says what the device
+    /// does next). Every `POLYCL_HANDOFF_CHECK`-th run reads the failure
+    /// record: waiting where that is every run or in the serial form (on
+    /// one queue no wait gives up but behind a launch that never arrived:
+    /// tests), so the record is the run's just enqueued; otherwise without
+    /// waiting, and a later run looks at what came back, so a wait that
+    /// gave up (a launch that could not get places beside the one waiting
+    /// for it) fails a compute a few runs later.
+    pub fn check(&self, device: &Device) -> Result<Option<String>> {
+        let every = crate::config::get().handoff_check_every;
+        if !self
+            .runs
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(every)
+        {
+            return Ok(None);
+        }
+        let [failed, polled] = if self.serial || every == 1 {
             self.failures(device)?
         } else {
-            if !self
-                .runs
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(CHECK_EVERY)
-            {
-                return Ok(());
-            }
             let mut pending = self.pending.lock();
             let mut record = [0; RECORD_WORDS];
             if let Some((read, words)) = pending.as_ref() {
                 let status = read.command_execution_status().map(|s| s.0);
                 if status != Ok(opencl3::event::CL_COMPLETE) {
-                    return Ok(());
+                    return Ok(None);
                 }
                 record = **words;
                 *pending = None;
@@ -314,12 +331,8 @@ impl Chains {
             record
         };
         if failed == 0 {
-            return Ok(());
+            return Ok(None);
         }
-        // The device's later computes must not give up a wait again: every
-        // plan's chained launches go to one queue (`on_second`), and no later
-        // plan is handed off (`mode`).
-        device.handoff_gave_up.store(true, Ordering::Relaxed);
         // A launch behind a wait that gave up may still run on the second
         // queue: its arrivals must land before the counters are zeroed.
         if let Some(Ok(second)) = device.second.get() {
@@ -327,10 +340,8 @@ impl Chains {
         }
         let zeros = vec![0u32; self.chained_launches.len() + RECORD_WORDS];
         super::addresses::write_blocking(device, self.counters.get(), &zeros)?;
-        Err(crate::error::Error::Unsupported(format!(
-            "{}: {failed} hand-off waits gave up on the launch before theirs{} (its results \
-             are wrong; the device runs without the hand-off from now on; POLYCL_HANDOFF=0 \
-             turns it off from the start)",
+        Ok(Some(format!(
+            "{}: {failed} hand-off waits gave up on the launch before theirs{}",
             device.name,
             waiter_text(&self.chained_launches, self.counters_lo, polled)
         )))
@@ -421,6 +432,20 @@ fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
         .flatten()
         .copied()
         .find(|&w| w > widest)
+}
+
+/// Leaves a plan's last launch (the lm head) out of its chain where it is
+/// wider than the device holds at once: its first groups would take every
+/// place the launch it waits on has not yet filled, and on the H200 the
+/// 1B's lm head (4000 groups) gave up 2960 waits in one run of twenty
+/// (docs/perf.md step 86). Unchained, it runs on the device's queue after
+/// the chain's last launch.
+fn unchain_wide_last(widths: &mut [Option<usize>], widest: usize) {
+    if let Some(last) = widths.last_mut() {
+        if last.is_some_and(|w| w > widest) {
+            *last = None;
+        }
+    }
 }
 
 /// The chains of `n` launches: maximal runs of those `candidate` admits,
