@@ -51,6 +51,12 @@ impl Rerun {
             inputs.push((buffer, start as usize, bytes, total));
             total += bytes;
         }
+        crate::log::debug(&format!(
+            "{}: a compute whose hand-off wait gave up runs again: {} inputs it \
+             overwrites, {total} bytes, saved before each",
+            device.name,
+            inputs.len()
+        ));
         let saved = if total > 0 {
             Some(DeviceBuffer::alloc_scratch(device, total)?)
         } else {
