@@ -284,6 +284,8 @@ impl Plan {
         let mut first = None;
         let mut held: Option<(&Launch, bool)> = None;
         let second = |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.on_second(i, gave_up));
+        let flush_each =
+            |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.flushes_each(i, gave_up));
         // POLYCL_FAULT=handoff: a chain's first launch left out.
         let left_out = (self.handoff.as_ref())
             .filter(|_| crate::fault::handoff())
@@ -319,8 +321,18 @@ impl Plan {
                 }
                 since_flush += 1;
                 // A step launch is a run of launches: the device starts on
-                // it at once. A pair counts as one launch.
-                if since_flush == every || matches!(merged, Some((_, Merged::Step(_)))) {
+                // it at once. A pair counts as one launch. A chained launch
+                // on two queues reaches the device after the one it waits
+                // for only if each is flushed in turn (handoff.rs).
+                let each = flush_each(i);
+                if each && since_flush == 1 && span.is_none() {
+                    // The one launch not yet flushed: its queue alone.
+                    self.device.flush_queue(second(i))?;
+                    since_flush = 0;
+                } else if since_flush == every
+                    || each
+                    || matches!(merged, Some((_, Merged::Step(_))))
+                {
                     self.device.flush_from(oldest_on_second)?;
                     since_flush = 0;
                 }

@@ -11,13 +11,10 @@
 //! Why it cannot deadlock on the queues: with two queues alternating, launch
 //! i + 1 follows launch i - 1 on its queue, so only launches i and i + 1 are
 //! ever in flight together, and a waiting launch waits only on the one
-//! before it. A group that waits holds its place on the device; where the
-//! launch it waits for could not get places beside it (it reached the device
-//! after its successor: `Plan::run` flushes launches in batches, the queue
-//! with the oldest first, and a host that pauses between a batch's two
-//! flushes lets the first queue's later launches go ahead; flushing each
-//! launch on its own cost the 1B 8-12% on an H100, docs/perf.md step 87),
-//! the wait gives up after a poll budget
+//! before it, which reached the device first: `Plan::run` flushes each
+//! chained launch on its own as soon as it is enqueued (`flushes_each`). A
+//! group that waits holds its place on the device; where the launch it waits
+//! for could not get places beside it, the wait gives up after a poll budget
 //! and counts itself in the failure record, which names the launch and which
 //! `Chains::check` reads behind each compute: not a hang, and not a wrong
 //! result either, since `Plan::run` runs that compute again in order
@@ -104,10 +101,10 @@ pub fn mode(device: &Device) -> Handoff {
 }
 
 /// Give-ups a device survives with the hand-off on, each compute run
-/// again (plan/rerun.rs): with batched flushes a wait gave up in ~1 of
-/// 13000 1B decode steps on Hopper (docs/perf.md step 87), which should not
-/// cost the rest of a process the hand-off's 8-12%, while a GPU that gives
-/// up every compute runs this many twice.
+/// again (plan/rerun.rs): one that gives up now and then (launches flushed
+/// in batches gave up in ~1 of 13000 1B decode steps on Hopper, docs/perf.md
+/// steps 86-87) should not cost the rest of a process the hand-off's 8-12%,
+/// while a GPU that gives up every compute runs only this many twice.
 pub const GIVE_UPS_KEPT: u32 = 2;
 
 /// Counts a compute on `device` whose hand-off wait gave up; whether the
@@ -284,6 +281,23 @@ impl Chains {
     /// run on one queue and each launch's wait is met before it starts.
     pub fn on_second(&self, i: usize, gave_up: bool) -> bool {
         self.second[i] && !gave_up
+    }
+
+    /// Whether launch `i` is flushed on its own as soon as it is enqueued:
+    /// a chained launch on two queues. Flushed in batches, a queue's later
+    /// launches reached the device before the other queue's launches they
+    /// wait for, whenever the host paused between the two flushes for
+    /// longer than a launch runs; their groups then held the places that
+    /// those launches needed, and waits gave up (H200, 1B: 1 run in 20 of
+    /// llama-bench failed, docs/perf.md step 86). On a quiet H100 it cost the
+    /// 1B nothing measurable (step 87).
+    pub fn flushes_each(&self, i: usize, gave_up: bool) -> bool {
+        !self.serial
+            && !gave_up
+            && self
+                .chained_launches
+                .binary_search_by_key(&i, |(at, _)| *at)
+                .is_ok()
     }
 
     /// Whether every run reads the failure record, waiting
