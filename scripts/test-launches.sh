@@ -241,7 +241,8 @@ read -r n_chained n_all _ <<<"${chained:-0 0 0}"
 # inputs it overwrote (the token embeddings, under the first layer's output) are copied back
 # (plan/rerun.rs), so the host sees no error (greedy --retry counts none) and gets the tokens of
 # the centered wide model without the hand-off, whose sums the hand-off keeps bit for bit; the
-# device goes on with the hand-off (one give-up of handoff.rs GIVE_UPS_KEPT + 1). Then
+# device goes on with the hand-off (the first of the GIVE_UPS_KEPT computes it runs again and keeps
+# it through, handoff.rs). Then
 # with POLYCL_HANDOFF_CHECK=2 (the record read every second compute, here the one that gave up;
 # 64 found none in these 8 steps and gave wrong tokens), that compute fails with the error
 # instead, and the step decoded again gives those tokens.

@@ -303,7 +303,7 @@ impl Chains {
     /// Whether every run reads the failure record, waiting
     /// (`POLYCL_HANDOFF_CHECK=1`, the default): a wait that gave up is then
     /// found before the host reads the run's results, and `Plan::run` runs
-    /// it again without the hand-off.
+    /// it again in order.
     pub fn checks_each(&self) -> bool {
         crate::config::get().handoff_check_every == 1
     }
@@ -542,6 +542,20 @@ mod tests {
         let seven_b = [Some(393_216), None, Some(16_384), Some(65_536), Some(8_192)];
         assert_eq!(too_wide(&seven_b, widest), Some(393_216));
         assert_eq!(too_wide(&[], widest), None);
+    }
+
+    /// The lm head wider than the device leaves the chain; one that fits,
+    /// or a wide launch before the last, stays.
+    #[test]
+    fn only_a_wide_last_launch_leaves_the_chain() {
+        let widest = 1024 * 132;
+        let mut one_b = [None, Some(26_624), Some(8_192), Some(400_000)];
+        unchain_wide_last(&mut one_b, widest);
+        assert_eq!(one_b, [None, Some(26_624), Some(8_192), None]);
+        let mut narrow = [Some(400_000), Some(8_192)];
+        unchain_wide_last(&mut narrow, widest);
+        assert_eq!(narrow, [Some(400_000), Some(8_192)]);
+        unchain_wide_last(&mut [], widest);
     }
 
     /// A decode step's chains: one over a step whose first launch, the
