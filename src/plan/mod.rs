@@ -349,7 +349,10 @@ impl Plan {
             .flush_from(since_flush > 0 && oldest_on_second)?;
         if let Some(chains) = &self.handoff {
             if let Some(gave_up) = chains.check(&self.device)? {
-                let rerun = self.rerun.as_ref().filter(|_| chains.checks_each());
+                // A plan has a rerun only where the record is read behind
+                // each compute (`Plan::build`), so this one's results are
+                // the wrong ones.
+                let rerun = self.rerun.as_ref();
                 let kept = crate::runtime::handoff::give_up(&self.device, rerun.is_some());
                 let Some(rerun) = rerun else {
                     return Err(crate::error::Error::Unsupported(format!(

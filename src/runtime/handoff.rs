@@ -326,7 +326,7 @@ impl Chains {
         {
             return Ok(None);
         }
-        let [failed, polled] = if self.serial || every == 1 {
+        let [failed, polled] = if self.serial || self.checks_each() {
             self.failures(device)?
         } else {
             let mut pending = self.pending.lock();
