@@ -236,10 +236,11 @@ read -r n_chained n_all _ <<<"${chained:-0 0 0}"
   { echo "FAIL: the wide model's tokens with POLYCL_HANDOFF=serial differ from the CPU backend's"; fail=1; }
 # A wait that gives up (POLYCL_FAULT=handoff@3: the third decode step's first chained launch left
 # out, so the launch after it waits for arrivals that never come, as one that found no places on
-# a GPU would): the failure record, read behind every compute, names the launch that waited and
-# the one it waited on (the chain's first), and that compute runs again in order after the
-# inputs it overwrote (the token embeddings, under the first layer's output) are copied back
-# (plan/rerun.rs), so the host sees no error (greedy --retry counts none) and gets the tokens of
+# a GPU would): the failure record, read behind every compute and looked at in the host's next
+# wait (its synchronize for the logits), names the launch that waited and the one it waited on
+# (the chain's first), and that compute runs again in order there, after the inputs it overwrote
+# (the token embeddings, under the first layer's output) are copied back (plan/rerun.rs), and the
+# logits read again, so the host sees no error (greedy --retry counts none) and gets the tokens of
 # the centered wide model without the hand-off, whose sums the hand-off keeps bit for bit; the
 # device goes on with the hand-off (the first of the GIVE_UPS_KEPT computes it runs again and keeps
 # it through, handoff.rs). Then
@@ -258,7 +259,7 @@ gave_up() { # [VAR=value...]: "waiter waited|message|retried|tokens" with the fa
 IFS='|' read -r pair named retried tokens <<<"$(gave_up)"
 read -r waiter waited <<<"${pair:-0 0}"
 echo "centered wide model, a hand-off wait that gives up: ${named:-no message}; ${retried:-no retry}; polycl $tokens"
-[[ $named == *"the compute runs again in order, and the device goes on with the hand-off"* && $waiter == $((waited + 1)) && $retried == "retried: 0" &&
+[[ $named == *"the compute runs again in order before the host's wait returns, and the device goes on with the hand-off"* && $waiter == $((waited + 1)) && $retried == "retried: 0" &&
   $tokens == "$widec" ]] ||
   { echo "FAIL: a hand-off wait that gave up was not found behind its compute and run again"; fail=1; }
 IFS='|' read -r pair named retried tokens <<<"$(gave_up POLYCL_HANDOFF_CHECK=2)"

@@ -175,7 +175,7 @@ fn matmul(dev: &Arc<Device>, w: &Weight, cols: i64, seed: u64) -> Vec<u8> {
         "out",
     );
     g.results.push(Value::new(mm, 0));
-    let plan = Plan::build(&g, dev).unwrap();
+    let plan = std::sync::Arc::new(Plan::build(&g, dev).unwrap());
     plan.run().unwrap();
     for d in devices().unwrap() {
         d.synchronize().unwrap();
@@ -299,7 +299,7 @@ fn llama_like_step(
     seed += 1;
     let x = act(&mut g, &mut keep, e, seed);
     outs.push(mm(&mut g, &mut keep, &mut weights, x, e, vocab, seed));
-    let plan = Plan::build(&g, main).unwrap();
+    let plan = std::sync::Arc::new(Plan::build(&g, main).unwrap());
     // Plan-time work (program builds) stays out of the counts.
     let before = counters::snapshot();
     plan.run().unwrap();

@@ -193,7 +193,7 @@ fn compute(c: &BackendCtx, g: *mut ggml_cgraph) -> Result<()> {
 /// Runs `plan`; with `POLYCL_LOG=1` logs how many kernels it launched and
 /// the host time the enqueues took
 /// (scripts/test-launches.sh reads these lines).
-fn run_counted(c: &BackendCtx, plan: &Plan) -> Result<()> {
+fn run_counted(c: &BackendCtx, plan: &Arc<Plan>) -> Result<()> {
     if !config::get().verbose {
         return plan.run();
     }

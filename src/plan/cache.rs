@@ -12,9 +12,10 @@
 use super::Plan;
 use crate::runtime::DeviceBuffer;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub struct PlanCache {
-    plans: HashMap<u64, (Plan, u64)>,
+    plans: HashMap<u64, (Arc<Plan>, u64)>,
     /// Graph uid -> fingerprint.
     uid_keys: HashMap<u64, u64>,
     uid_epoch: u64,
@@ -53,7 +54,7 @@ impl PlanCache {
         *self.uid_keys.entry(uid).or_insert_with(fingerprint)
     }
 
-    pub fn get(&mut self, key: u64) -> Option<&Plan> {
+    pub fn get(&mut self, key: u64) -> Option<&Arc<Plan>> {
         let epoch = DeviceBuffer::free_epoch();
         if epoch != self.checked_epoch {
             self.plans.retain(|_, (p, _)| p.buffers_alive());
@@ -74,7 +75,7 @@ impl PlanCache {
         }
     }
 
-    pub fn insert(&mut self, key: u64, plan: Plan) -> &Plan {
+    pub fn insert(&mut self, key: u64, plan: Plan) -> &Arc<Plan> {
         if self.plans.len() >= self.capacity {
             if let Some(oldest) = self
                 .plans
@@ -89,7 +90,7 @@ impl PlanCache {
         &self
             .plans
             .entry(key)
-            .insert_entry((plan, self.tick))
+            .insert_entry((Arc::new(plan), self.tick))
             .into_mut()
             .0
     }

@@ -49,6 +49,29 @@ pub struct Plan {
     rerun: Option<rerun::Rerun>,
 }
 
+impl crate::runtime::handoff::RunAgain for Plan {
+    /// A run whose record the host's wait looked at (`Chains::defer`).
+    fn run_again(self: Arc<Self>) -> Result<bool> {
+        let Some(chains) = &self.handoff else {
+            return Ok(false);
+        };
+        match chains.gave_up(&self.device, chains.landed())? {
+            Some(gave_up) => self.after_give_up(gave_up, true).map(|()| true),
+            None => Ok(false),
+        }
+    }
+}
+
+// SAFETY: a plan's OpenCL objects are handles that OpenCL lets any thread
+// use, but for a kernel's arguments, which only a run sets. Its runs are one
+// at a time: its backend's, which ggml makes from one thread at a time and
+// which settle first (`Plan::run`), and the run again of a deferred check,
+// made once that run has returned, under the device's lock that every
+// settle takes (`Device::synchronize`).
+unsafe impl Send for Plan {}
+// SAFETY: as for Send.
+unsafe impl Sync for Plan {}
+
 /// One launch in place of a run of a plan's launches.
 pub enum Merged {
     /// The step kernel (runtime/step.rs).
@@ -252,13 +275,16 @@ impl Plan {
     }
 
     /// Enqueues every launch; returns without waiting (ggml's compute is
-    /// async) but where the hand-off's failure record is read behind it.
-    pub fn run(&self) -> Result<()> {
+    /// async) but where the hand-off's failure record is read behind it
+    /// and the plan may not run again (`Chains::check`).
+    pub fn run(self: &Arc<Self>) -> Result<()> {
+        // The compute before may run again: not after this one has begun.
+        self.device.settle()?;
         self.run_as(false)
     }
 
     /// `run`; `in_order`: the chained launches on one queue (a second run).
-    fn run_as(&self, in_order: bool) -> Result<()> {
+    fn run_as(self: &Arc<Self>, in_order: bool) -> Result<()> {
         let gave_up = in_order || self.device.handoff_gave_up.load(Ordering::Relaxed);
         if let Some(rerun) = self.rerun.as_ref().filter(|_| !gave_up) {
             rerun.save()?;
@@ -348,31 +374,11 @@ impl Plan {
         self.device
             .flush_from(since_flush > 0 && oldest_on_second)?;
         if let Some(chains) = &self.handoff {
-            if let Some(gave_up) = chains.check(&self.device)? {
-                // A plan has a rerun only where the record is read behind
-                // each compute (`Plan::build`), so this one's results are
-                // the wrong ones.
-                let rerun = self.rerun.as_ref();
-                let kept = crate::runtime::handoff::give_up(&self.device, rerun.is_some());
-                let Some(rerun) = rerun else {
-                    return Err(crate::error::Error::Unsupported(format!(
-                        "{gave_up} (a compute's results are wrong; the device runs without \
-                         the hand-off from now on; POLYCL_HANDOFF=0 turns it off from the start)"
-                    )));
-                };
-                // Nothing has read this compute's results yet, and its
-                // inputs are as they were before it: it runs again, in order.
-                rerun.restore()?;
-                crate::log::warn(&format!(
-                    "{gave_up}; the compute runs again in order, and the device goes on {} \
-                     (POLYCL_HANDOFF=0 turns it off from the start)",
-                    if kept {
-                        "with the hand-off"
-                    } else {
-                        "without the hand-off"
-                    }
-                ));
-                return self.run_as(true);
+            // A plan has a rerun only where every run's record is read.
+            if !gave_up && self.rerun.is_some() {
+                chains.defer(&self.device, self.clone())?;
+            } else if let Some(gave_up) = chains.check(&self.device)? {
+                return self.after_give_up(gave_up, false);
             }
         }
         if crate::runtime::profile::per_kernel() {
@@ -399,6 +405,40 @@ impl Plan {
             crate::runtime::profile::span_next(&self.device.name, this);
         }
         Ok(())
+    }
+
+    /// After a hand-off wait of this plan's run gave up (`gave_up` says
+    /// where; `deferred`: found by the host's wait, `Chains::defer`): the
+    /// run again, in order, or the error where the plan may not run again.
+    fn after_give_up(self: &Arc<Self>, gave_up: String, deferred: bool) -> Result<()> {
+        // A plan has a rerun only where the record is read behind each
+        // compute (`Plan::build`), so this one's results are the wrong ones.
+        let rerun = self.rerun.as_ref();
+        let kept = crate::runtime::handoff::give_up(&self.device, rerun.is_some());
+        let Some(rerun) = rerun else {
+            return Err(crate::error::Error::Unsupported(format!(
+                "{gave_up} (a compute's results are wrong; the device runs without \
+                 the hand-off from now on; POLYCL_HANDOFF=0 turns it off from the start)"
+            )));
+        };
+        // Nothing has read this compute's results yet, and its inputs are
+        // as they were before it: it runs again, in order.
+        rerun.restore()?;
+        crate::log::warn(&format!(
+            "{gave_up}; the compute runs again in order{}, and the device goes on {} \
+             (POLYCL_HANDOFF=0 turns it off from the start)",
+            if deferred {
+                " before the host's wait returns"
+            } else {
+                ""
+            },
+            if kept {
+                "with the hand-off"
+            } else {
+                "without the hand-off"
+            }
+        ));
+        self.run_as(true)
     }
 
     /// Whether every buffer the plan names is still registered.

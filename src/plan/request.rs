@@ -105,7 +105,7 @@ struct State {
 struct Entry {
     key: Vec<[i64; 4]>,
     placed: Placed,
-    plan: Plan,
+    plan: Arc<Plan>,
 }
 
 pub struct Request {
@@ -253,7 +253,7 @@ impl Request {
             }
             None => {
                 let placed = place(&target.graph, &resolved, &target.device)?;
-                let plan = Plan::build(&placed.graph, &target.device)?;
+                let plan = Arc::new(Plan::build(&placed.graph, &target.device)?);
                 let e = Rc::new(Entry { key, placed, plan });
                 if self.plans.len() >= PLANS_PER_REQUEST {
                     self.plans.remove(0);

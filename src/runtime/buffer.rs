@@ -218,6 +218,7 @@ impl DeviceBuffer {
 
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
+        self.device.settle()?;
         if data.is_empty() || self.device.write_staged(self.mem.get(), offset, data)? {
             return Ok(());
         }
@@ -243,6 +244,7 @@ impl DeviceBuffer {
         if out.is_empty() {
             return Ok(());
         }
+        self.device.settle()?;
         let queue = self.device.queue()?;
         // Counted after any batch the queue sent, before the read itself.
         let seen = self.device.enqueued_now();
@@ -302,6 +304,7 @@ impl DeviceBuffer {
         if piece == 0 {
             return Err(Error::InvalidArgument("a fill in pieces of 0 bytes".into()));
         }
+        self.device.settle()?;
         let end = offset + len;
         let mid0 = offset.next_multiple_of(FILL_PATTERN).min(end);
         let mid1 = (end / FILL_PATTERN * FILL_PATTERN).max(mid0);
@@ -345,6 +348,7 @@ impl DeviceBuffer {
         if len == 0 {
             return Ok(());
         }
+        self.device.settle()?;
         // SAFETY: both ranges checked; both buffers live in the same context.
         let ev = unsafe {
             cq::enqueue_copy_buffer(
@@ -373,22 +377,47 @@ impl Device {
     ///   and every later command sends them first (sending them here made
     ///   each input a launch and a wait, docs/perf.md step 43);
     /// - a queue with nothing enqueued since it last drained is not waited
-    ///   for (its staged reads, readback.rs, are complete and copied on).
+    ///   for (its staged reads, readback.rs, are complete and copied on);
+    /// - the last compute's hand-off failure record is looked at
+    ///   (handoff.rs `DeferredCheck`) before the staged reads reach their
+    ///   callers: where a wait gave up, the compute runs again and the
+    ///   reads behind it read again.
     pub fn synchronize(&self) -> Result<()> {
-        if self.idle() {
-            // Another thread's wait may have drained the queue and not yet
-            // copied the staged reads on (readback.rs): they are complete.
-            self.readbacks_drained();
-            return Ok(());
+        // Where idle, another thread's wait may have drained the queue and
+        // not yet copied the staged reads on (readback.rs): they are
+        // complete.
+        if !self.idle() {
+            let seen = self.enqueued_now();
+            // The hand-off's second queue needs no wait of its own: every
+            // chain ends on this queue with a launch that waited for the
+            // second queue's last one to arrive, after its last store
+            // (handoff.rs).
+            self.in_order.finish().cl("clFinish")?;
+            self.drained_to(seen);
+            self.uploads_drained();
         }
-        let seen = self.enqueued_now();
-        // The hand-off's second queue needs no wait of its own: every chain
-        // ends on this queue with a launch that waited for the second
-        // queue's last one to arrive, after its last store (handoff.rs).
-        self.in_order.finish().cl("clFinish")?;
-        self.drained_to(seen);
-        self.uploads_drained();
+        let deferred = self.deferred_check.lock();
+        let check = deferred.borrow_mut().take();
+        if let Some(check) = check {
+            let reads_from = check.reads_from;
+            if check.settle()? {
+                self.read_staged_again(reads_from)?;
+                return self.synchronize();
+            }
+        }
+        drop(deferred);
         self.readbacks_drained();
+        Ok(())
+    }
+
+    /// Looks at the last compute's failure record where it is not yet
+    /// (`synchronize`), before a command that changes what a second run
+    /// of that compute would read, or reads what it wrote; nothing to do
+    /// where the host waited for the device since (a decode step's logits).
+    pub(crate) fn settle(&self) -> Result<()> {
+        if self.deferred_check.lock().borrow().is_some() {
+            return self.synchronize();
+        }
         Ok(())
     }
     pub fn flush(&self) -> Result<()> {

@@ -78,6 +78,13 @@ pub struct Device {
     pub(crate) handoff_gave_up: AtomicBool,
     /// Computes here whose hand-off wait gave up (handoff.rs `give_up`).
     pub(crate) handoff_give_ups: std::sync::atomic::AtomicU32,
+    /// The last compute's hand-off failure record, read behind it and not
+    /// yet looked at (handoff.rs `DeferredCheck`, `Device::settle`). The
+    /// lock is held while that compute runs again, which takes it again on
+    /// the same thread (its copies settle too): another thread's settle
+    /// waits for the run instead of starting one of its own beside it.
+    pub(crate) deferred_check:
+        parking_lot::ReentrantMutex<std::cell::RefCell<Option<super::handoff::DeferredCheck>>>,
     /// The group trace's buffer (`POLYCL_PROFILE=groups`, trace.rs), made
     /// at its first use; None where the device cannot trace.
     pub(crate) trace: OnceLock<Option<super::trace::Trace>>,
@@ -372,6 +379,7 @@ fn discover() -> Result<Vec<Arc<Device>>> {
             addresses: OnceLock::new(),
             uploads: Mutex::new(Default::default()),
             readbacks: Mutex::new(Default::default()),
+            deferred_check: parking_lot::ReentrantMutex::new(std::cell::RefCell::new(None)),
             handoff_gave_up: AtomicBool::new(false),
             handoff_give_ups: std::sync::atomic::AtomicU32::new(0),
             trace: OnceLock::new(),

@@ -16,9 +16,10 @@
 //! group that waits holds its place on the device; where the launch it waits
 //! for could not get places beside it, the wait gives up after a poll budget
 //! and counts itself in the failure record, which names the launch and which
-//! `Chains::check` reads behind each compute: not a hang, and not a wrong
-//! result either, since `Plan::run` runs that compute again in order
-//! (plan/rerun.rs) before the host reads it.
+//! `Chains::defer` reads behind each compute: not a hang, and not a wrong
+//! result either, since the host's next wait for the device looks at the
+//! record and runs that compute again in order (plan/rerun.rs) before the
+//! host reads its results.
 //!
 //! A chain runs an odd number of launches, so that its first and last run
 //! on the device's own queue: the first after everything enqueued before
@@ -37,6 +38,7 @@ use opencl3::memory::{Buffer, ClMem};
 use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Slots a kernel built for the hand-off reads before its own (handoff.cl
 /// HANDOFF_SLOTS).
@@ -163,22 +165,64 @@ pub struct Chains {
     /// Each chained launch's index in the plan and kernel, in chain order
     /// (the order of their counters).
     chained_launches: Vec<(usize, String)>,
-    /// Runs so far, and the failure record's read in flight with the host
-    /// words it lands in (two queues: `check`).
+    /// Runs so far, and the failure record's read in flight (two queues,
+    /// `POLYCL_HANDOFF_CHECK` above 1: `check`).
     runs: AtomicU64,
-    pending: Mutex<Option<(Event, Box<FailureRecord>)>>,
+    pending: Mutex<Option<Event>>,
+    /// Where the reads that do not wait land (`read_failures`): pinned, as
+    /// a read into pageable memory that does not wait took NVIDIA's driver
+    /// 0.1-6 ms (docs/perf.md step 53; behind every compute the 1B's
+    /// llama-bench runs fell from ~1040 to 450-670 t/s, step 88).
+    record_host: super::readback::Pinned,
 }
 
 /// The failure record (kernels/handoff.cl `handoff_wait`): how many waits
 /// gave up, and the low half of the address of the counter the last one
 /// polled.
-type FailureRecord = [u32; RECORD_WORDS];
+pub type FailureRecord = [u32; RECORD_WORDS];
 const RECORD_WORDS: usize = 2;
+
+/// A compute that runs again, in order, where a hand-off wait of its run
+/// gave up (plan/rerun.rs).
+pub trait RunAgain: Send + Sync {
+    /// Once the failure record read behind the run (`Chains::defer`) has
+    /// landed: runs again where a wait gave up; whether it did.
+    fn run_again(self: Arc<Self>) -> Result<bool>;
+}
+
+/// A compute's failure record, read behind it without waiting (`defer`);
+/// looked at once the host waits for the device.
+pub struct DeferredCheck {
+    read: Event,
+    /// The first staged read enqueued after the compute (readback.rs):
+    /// reads from it on read again where the compute runs again.
+    pub reads_from: u64,
+    compute: Arc<dyn RunAgain>,
+}
+
+impl DeferredCheck {
+    /// After the queue drained: runs the compute again where a wait gave
+    /// up; whether it did.
+    pub fn settle(self) -> Result<bool> {
+        self.read
+            .wait()
+            .cl("clWaitForEvents (the failure record)")?;
+        self.compute.clone().run_again()
+    }
+}
+
+impl Drop for DeferredCheck {
+    fn drop(&mut self) {
+        // The read in flight writes into the compute's pinned record: let
+        // it land first.
+        let _ = self.read.wait();
+    }
+}
 
 impl Drop for Chains {
     fn drop(&mut self) {
-        // The read in flight writes into its box: let it land first.
-        if let Some((read, _)) = self.pending.get_mut().take() {
+        // The read in flight writes into `record_host`: let it land first.
+        if let Some(read) = self.pending.get_mut().take() {
             let _ = read.wait();
         }
     }
@@ -273,6 +317,7 @@ impl Chains {
             chained_launches,
             runs: AtomicU64::new(0),
             pending: Mutex::new(None),
+            record_host: device.pinned(std::mem::size_of::<FailureRecord>())?,
         }))
     }
 
@@ -310,7 +355,9 @@ impl Chains {
 
     /// What went wrong if a wait of the runs so far gave up, after which
     /// the counters start again from zero (`give_up` says what the device
-    /// does next). Every `POLYCL_HANDOFF_CHECK`-th run reads the failure
+    /// does next); for the runs that `defer` does not take (a plan that
+    /// may not run again, a second run, `POLYCL_HANDOFF_CHECK` above 1).
+    /// Every `POLYCL_HANDOFF_CHECK`-th run reads the failure
     /// record: waiting where that is every run or in the serial form (on
     /// one queue no wait gives up but behind a launch that never arrived:
     /// tests), so the record is the run's just enqueued; otherwise without
@@ -331,12 +378,12 @@ impl Chains {
         } else {
             let mut pending = self.pending.lock();
             let mut record = [0; RECORD_WORDS];
-            if let Some((read, words)) = pending.as_ref() {
+            if let Some(read) = pending.as_ref() {
                 let status = read.command_execution_status().map(|s| s.0);
                 if status != Ok(opencl3::event::CL_COMPLETE) {
                     return Ok(None);
                 }
-                record = **words;
+                record = self.landed();
                 *pending = None;
             }
             if record[0] == 0 {
@@ -344,6 +391,13 @@ impl Chains {
             }
             record
         };
+        self.gave_up(device, [failed, polled])
+    }
+
+    /// What went wrong where `record` says waits gave up, after which the
+    /// counters start again from zero; None where none did.
+    pub fn gave_up(&self, device: &Device, record: FailureRecord) -> Result<Option<String>> {
+        let [failed, polled] = record;
         if failed == 0 {
             return Ok(None);
         }
@@ -361,11 +415,31 @@ impl Chains {
         )))
     }
 
-    /// Enqueues a read of the failure record into a box, not waited for.
-    fn read_failures(&self, device: &Device) -> Result<(Event, Box<FailureRecord>)> {
-        let mut words: Box<FailureRecord> = Box::new([0; RECORD_WORDS]);
-        // SAFETY: the box outlives the read: it is kept with the read's
-        // event, dropped only once the event is complete (`check`, Drop).
+    /// Reads the failure record behind the run just enqueued on `device`,
+    /// without waiting; the host's next wait for the device looks at it
+    /// (`Device::synchronize`), and `compute` runs again there if a wait
+    /// gave up. The host waits for a decode step's logits anyway: a wait
+    /// for the record alone, behind every compute, cost the 1B 1.5-2.0%
+    /// (H100, docs/perf.md step 87).
+    pub fn defer(&self, device: &Device, compute: Arc<dyn RunAgain>) -> Result<()> {
+        let read = self.read_failures(device)?;
+        let check = DeferredCheck {
+            read,
+            reads_from: device.next_readback(),
+            compute,
+        };
+        // The one before was looked at before this run began (`Device::settle`).
+        *device.deferred_check.lock().borrow_mut() = Some(check);
+        Ok(())
+    }
+
+    /// Enqueues a read of the failure record into `record_host`, not
+    /// waited for; one at a time (`check` keeps it until it completes,
+    /// and a plan's next run settles its deferred check first).
+    fn read_failures(&self, device: &Device) -> Result<Event> {
+        // SAFETY: `record_host` holds a record and lives with these chains,
+        // whose Drop waits for the read in flight, as does a deferred
+        // check's, which keeps its plan and so these chains alive.
         let ev = unsafe {
             cq::enqueue_read_buffer(
                 device.queue()?.get(),
@@ -373,13 +447,26 @@ impl Chains {
                 opencl3::types::CL_NON_BLOCKING,
                 self.record_offset(),
                 std::mem::size_of::<FailureRecord>(),
-                words.as_mut_ptr() as *mut c_void,
+                self.record_host.ptr() as *mut c_void,
                 0,
                 std::ptr::null(),
             )
         }
         .map_err(|s| crate::error::Error::OpenCl("clEnqueueReadBuffer", s))?;
-        Ok((Event::new(ev), words))
+        Ok(Event::new(ev))
+    }
+
+    /// The record the last `read_failures` brought, once its event is
+    /// complete.
+    pub fn landed(&self) -> FailureRecord {
+        let mut words = [0u32; RECORD_WORDS];
+        for (i, w) in words.iter_mut().enumerate() {
+            // SAFETY: `record_host` holds RECORD_WORDS aligned words, and
+            // the read that wrote them is complete (the callers'); volatile,
+            // as the device wrote them behind the compiler's back.
+            *w = unsafe { std::ptr::read_volatile((self.record_host.ptr() as *const u32).add(i)) };
+        }
+        words
     }
 
     /// The failure record so far (blocking: the serial form).

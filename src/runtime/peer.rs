@@ -323,6 +323,8 @@ fn ptr_or_null(v: &[cl_event]) -> *const cl_event {
 /// An event that completes when everything enqueued on `dev` so far has.
 pub fn marker(dev: &Device) -> Result<Event> {
     fault_check(dev)?;
+    // Whoever waits for the marker reads the last compute's results.
+    dev.settle()?;
     // SAFETY: a valid queue and an empty wait list.
     let e = unsafe { cq::enqueue_marker_with_wait_list(dev.queue()?.get(), 0, std::ptr::null()) }
         .map_err(|c| Error::OpenCl("clEnqueueMarkerWithWaitList", c))?;
@@ -371,6 +373,8 @@ pub fn copy(
     wait: &[&Event],
 ) -> Result<Event> {
     fault_check(on)?;
+    src_dev.settle()?;
+    dst_dev.settle()?;
     if !linked(src_dev, dst_dev) {
         return staged(src_dev, src, dst_dev, dst, &[(0, 0, len)]);
     }
@@ -413,6 +417,8 @@ pub fn copy_rows(
         return copy(on, src_dev, src, dst_dev, dst, width * rows, wait);
     }
     fault_check(on)?;
+    src_dev.settle()?;
+    dst_dev.settle()?;
     if !linked(src_dev, dst_dev) {
         let pieces: Vec<(u64, u64, u64)> = (0..rows)
             .map(|r| (r * src_pitch, r * dst_pitch, width))

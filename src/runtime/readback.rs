@@ -33,19 +33,49 @@ pub struct Readbacks {
     staging: Option<Staging>,
     /// Bytes of `staging` taken by the reads in flight.
     used: usize,
-    /// Each read in flight: its event, where it lands in `staging`, and the
-    /// caller's destination (an address: a pointer is not `Send`) and length.
-    pending: Vec<(Event, usize, usize, usize)>,
+    /// Each read in flight.
+    pending: Vec<StagedRead>,
+    /// The serial the next read takes.
+    next_serial: u64,
 }
 
-/// A pinned host buffer, mapped while it serves (replaced by a larger one
-/// only when no read is in flight; the last one lives as long as its
-/// device, which `devices()` holds for the process).
-struct Staging {
+/// A read in flight through the staging.
+struct StagedRead {
+    event: Event,
+    /// Where it lands in `staging`.
+    from: usize,
+    /// The caller's destination (an address: a pointer is not `Send`).
+    to: usize,
+    len: usize,
+    /// What it reads (an address, as `to`) and from where: a read behind a
+    /// compute that runs again reads again (`read_staged_again`).
+    mem: usize,
+    offset: usize,
+    serial: u64,
+}
+
+/// The staging: a pinned host buffer, replaced by a larger one only when no
+/// read is in flight; the last one lives as long as its device, which
+/// `devices()` holds for the process.
+type Staging = Pinned;
+
+/// A pinned host buffer, mapped for as long as it lives: the device writes
+/// into it at full speed without the host waiting (runtime/handoff.rs reads
+/// its failure records into one). Released while mapped, its memory goes
+/// once the commands that use it have completed (clReleaseMemObject); the
+/// staging unmaps the one it replaces.
+pub(crate) struct Pinned {
     buf: Buffer<u8>,
     /// The mapped pointer, as an address.
     at: usize,
     size: usize,
+}
+
+impl Pinned {
+    /// The mapped memory's first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.at as *mut u8
+    }
 }
 
 impl Readbacks {
@@ -57,16 +87,16 @@ impl Readbacks {
     fn complete_done(&mut self) {
         let Some(s) = &self.staging else { return };
         self.pending
-            .retain(|(e, from, to, len)| match e.command_execution_status() {
+            .retain(|r| match r.event.command_execution_status() {
                 Ok(st) if st.0 == CL_COMPLETE => {
                     // SAFETY: the device's read into `staging` at `from` is
                     // complete; `to` is the caller's `len` writable bytes,
                     // kept until its synchronize (read_async's contract).
                     unsafe {
                         std::ptr::copy_nonoverlapping(
-                            (s.at + from) as *const u8,
-                            *to as *mut u8,
-                            *len,
+                            (s.at + r.from) as *const u8,
+                            r.to as *mut u8,
+                            r.len,
                         )
                     };
                     false
@@ -108,6 +138,13 @@ impl Device {
             super::buffer::finish_event(ev, "clEnqueueUnmapMemObject")?;
         }
         let size = len.next_power_of_two().max(256 << 10);
+        r.staging = Some(self.pinned(size)?);
+        r.used = len;
+        Ok(Some(0))
+    }
+
+    /// `size` bytes of pinned host memory, mapped.
+    pub(crate) fn pinned(&self, size: usize) -> Result<Pinned> {
         // SAFETY: no host pointer is passed; the driver allocates host memory.
         let buf = unsafe {
             Buffer::<u8>::create(
@@ -138,19 +175,53 @@ impl Device {
         if at.is_null() {
             return Err(Error::OpenCl("clEnqueueMapBuffer", CL_MAP_FAILURE));
         }
-        r.staging = Some(Staging {
+        Ok(Pinned {
             buf,
             at: at as usize,
             size,
-        });
-        r.used = len;
-        Ok(Some(0))
+        })
     }
 
     /// After the queue drained (synchronize, a blocking read): the staged
     /// reads that are complete reach their callers' memory.
     pub(crate) fn readbacks_drained(&self) {
         self.readbacks.lock().complete_done();
+    }
+
+    /// The serial of the next staged read: the reads from it on are
+    /// enqueued after whatever the caller just enqueued.
+    pub(crate) fn next_readback(&self) -> u64 {
+        self.readbacks.lock().next_serial
+    }
+
+    /// Enqueues again the staged reads in flight from serial `first` on,
+    /// into the same staging, behind a compute that ran again
+    /// (runtime/handoff.rs `DeferredCheck`): their bytes were the first
+    /// run's, and have not reached their callers yet.
+    pub(crate) fn read_staged_again(&self, first: u64) -> Result<()> {
+        let mut r = self.readbacks.lock();
+        let at = r.staging.as_ref().map_or(0, |s| s.at);
+        for read in r.pending.iter_mut().filter(|read| read.serial >= first) {
+            // SAFETY: as in `read_staged`, which enqueued the same read: the
+            // caller's buffer and destination stay valid until its
+            // synchronize, which has not returned; the staging range is
+            // this read's alone.
+            let ev = unsafe {
+                cq::enqueue_read_buffer(
+                    self.queue()?.get(),
+                    read.mem as cl_mem,
+                    CL_NON_BLOCKING,
+                    read.offset,
+                    read.len,
+                    (at + read.from) as *mut c_void,
+                    0,
+                    std::ptr::null(),
+                )
+            }
+            .map_err(|code| Error::OpenCl("clEnqueueReadBuffer", code))?;
+            read.event = Event::new(ev);
+        }
+        Ok(())
     }
 }
 
@@ -197,7 +268,17 @@ impl Device {
         };
         match ev {
             Ok(e) => {
-                r.pending.push((Event::new(e), from, out as usize, len));
+                let serial = r.next_serial;
+                r.next_serial += 1;
+                r.pending.push(StagedRead {
+                    event: Event::new(e),
+                    from,
+                    to: out as usize,
+                    len,
+                    mem: mem as usize,
+                    offset,
+                    serial,
+                });
                 Ok(true)
             }
             Err(code) => {
