@@ -616,6 +616,72 @@ fn rebind(device: &Device, l: &mut Launch, slots: [u64; SLOTS]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::runtime::program::{PACKED, PROGRAMS};
+    use crate::runtime::DeviceBuffer;
+
+    /// A compute whose every run writes `value` where the host reads it:
+    /// `failed` says its record found a wait that gave up.
+    struct Compute {
+        buf: Arc<DeviceBuffer>,
+        failed: bool,
+        runs: AtomicU64,
+    }
+
+    impl RunAgain for Compute {
+        fn run_again(self: Arc<Self>) -> Result<bool> {
+            self.runs.fetch_add(1, Ordering::Relaxed);
+            if self.failed {
+                self.buf.write(0, &[5; 8])?;
+            }
+            Ok(self.failed)
+        }
+    }
+
+    /// Leaves `compute`'s record for the host's next wait, as `defer` does,
+    /// behind a staged read of its result.
+    fn deferred(device: &Device, compute: &Arc<Compute>, out: &mut [u8; 8]) -> Result<()> {
+        let reads_from = device.next_readback();
+        // SAFETY: `out` outlives the test's synchronize, which lands the read.
+        unsafe { compute.buf.read_async(0, out.as_mut_ptr(), out.len()) }?;
+        let check = DeferredCheck {
+            read: super::super::peer::marker(device)?,
+            reads_from,
+            compute: compute.clone(),
+        };
+        *device.deferred_check.lock().borrow_mut() = Some(check);
+        Ok(())
+    }
+
+    /// The host's wait (a synchronize) runs a compute whose record says a
+    /// wait gave up again before it returns, and the staged read behind the
+    /// compute reads again, so the host gets the second run's bytes; with
+    /// a clean record the read is the first run's. A write before any wait
+    /// looks at the record first (`Device::settle`).
+    #[test]
+    fn the_hosts_wait_runs_a_failed_compute_again_and_reads_again() -> Result<()> {
+        let devices =
+            crate::runtime::device::devices().expect("an OpenCL device (install pocl-opencl-icd)");
+        let device = &devices[0];
+        for failed in [true, false] {
+            let buf = DeviceBuffer::alloc(device, 64)?;
+            buf.write(0, &[1; 8])?;
+            let compute = Arc::new(Compute {
+                buf,
+                failed,
+                runs: AtomicU64::new(0),
+            });
+            let mut out = [0u8; 8];
+            deferred(device, &compute, &mut out)?;
+            device.synchronize()?;
+            assert_eq!(out, if failed { [5; 8] } else { [1; 8] });
+            assert_eq!(compute.runs.load(Ordering::Relaxed), 1);
+            let mut again = [0u8; 8];
+            deferred(device, &compute, &mut again)?;
+            compute.buf.write(8, &[2; 8])?;
+            assert_eq!(compute.runs.load(Ordering::Relaxed), 2);
+            assert!(device.deferred_check.lock().borrow().is_none());
+        }
+        Ok(())
+    }
 
     /// A plan whose wide launch is followed by an unchainable one (the 7B
     /// with a quantized cache before step 85: Q/K/V, then the rope +
