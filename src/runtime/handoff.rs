@@ -618,8 +618,8 @@ mod tests {
     use crate::runtime::program::{PACKED, PROGRAMS};
     use crate::runtime::DeviceBuffer;
 
-    /// A compute whose every run writes `value` where the host reads it:
-    /// `failed` says its record found a wait that gave up.
+    /// A compute whose run again writes 5s where the host reads its
+    /// results: `failed` says its record found a wait that gave up.
     struct Compute {
         buf: Arc<DeviceBuffer>,
         failed: bool,
