@@ -1,6 +1,7 @@
 //! Running a compute again: a compute whose hand-off wait gave up
 //! (runtime/handoff.rs) has wrong results, found before the host reads
-//! them; `Plan::run` then runs it again in order. A second run computes
+//! them (in its next wait for the device, `Chains::defer`), where the plan
+//! runs again in order. A second run computes
 //! what the first should have where it starts from the same memory: every
 //! byte the plan writes is either written before the plan reads it (its
 //! intermediates; a cache row, rewritten with the same values) or was read

@@ -345,10 +345,9 @@ impl Chains {
                 .is_ok()
     }
 
-    /// Whether every run reads the failure record, waiting
-    /// (`POLYCL_HANDOFF_CHECK=1`, the default): a wait that gave up is then
-    /// found before the host reads the run's results, and `Plan::run` runs
-    /// it again in order.
+    /// Whether every run reads the failure record (`POLYCL_HANDOFF_CHECK=1`,
+    /// the default): a wait that gave up is then found before the host
+    /// reads the run's results (`defer`), and the run goes again in order.
     pub fn checks_each(&self) -> bool {
         crate::config::get().handoff_check_every == 1
     }
