@@ -206,22 +206,41 @@ impl Device {
             // caller's buffer and destination stay valid until its
             // synchronize, which has not returned; the staging range is
             // this read's alone.
-            let ev = unsafe {
-                cq::enqueue_read_buffer(
-                    self.queue()?.get(),
-                    read.mem as cl_mem,
-                    CL_NON_BLOCKING,
-                    read.offset,
-                    read.len,
-                    (at + read.from) as *mut c_void,
-                    0,
-                    std::ptr::null(),
-                )
-            }
-            .map_err(|code| Error::OpenCl("clEnqueueReadBuffer", code))?;
-            read.event = Event::new(ev);
+            read.event = unsafe {
+                self.enqueue_staged(read.mem as cl_mem, read.offset, read.len, at + read.from)
+            }?;
         }
         Ok(())
+    }
+
+    /// Enqueues a read of `len` bytes at `offset` of `mem` into the staging
+    /// at address `at`, not waited for.
+    ///
+    /// # Safety
+    /// `mem` holds `offset + len` bytes; `at` is `len` bytes of the mapped
+    /// staging that no other read in flight uses.
+    unsafe fn enqueue_staged(
+        &self,
+        mem: cl_mem,
+        offset: usize,
+        len: usize,
+        at: usize,
+    ) -> Result<Event> {
+        // SAFETY: the caller's contract; the staging lives with the device.
+        unsafe {
+            cq::enqueue_read_buffer(
+                self.queue()?.get(),
+                mem,
+                CL_NON_BLOCKING,
+                offset,
+                len,
+                at as *mut c_void,
+                0,
+                std::ptr::null(),
+            )
+        }
+        .map(Event::new)
+        .map_err(|code| Error::OpenCl("clEnqueueReadBuffer", code))
     }
 }
 
@@ -252,26 +271,13 @@ impl Device {
         };
         let at = r.staging.as_ref().map_or(0, |s| s.at) + from;
         // SAFETY: the caller's range; `at` is `len` bytes of the mapped
-        // staging, which no other read in flight uses and which lives with
-        // the device.
-        let ev = unsafe {
-            cq::enqueue_read_buffer(
-                self.queue()?.get(),
-                mem,
-                CL_NON_BLOCKING,
-                offset,
-                len,
-                at as *mut c_void,
-                0,
-                std::ptr::null(),
-            )
-        };
-        match ev {
-            Ok(e) => {
+        // staging, which no other read in flight uses.
+        match unsafe { self.enqueue_staged(mem, offset, len, at) } {
+            Ok(event) => {
                 let serial = r.next_serial;
                 r.next_serial += 1;
                 r.pending.push(StagedRead {
-                    event: Event::new(e),
+                    event,
                     from,
                     to: out as usize,
                     len,
@@ -281,11 +287,11 @@ impl Device {
                 });
                 Ok(true)
             }
-            Err(code) => {
+            Err(e) => {
                 if r.pending.is_empty() {
                     r.used = 0;
                 }
-                Err(Error::OpenCl("clEnqueueReadBuffer", code))
+                Err(e)
             }
         }
     }
