@@ -157,6 +157,9 @@ pub struct Chains {
     pub first: usize,
     /// The serial form (one queue): each run's waits are checked after it.
     pub serial: bool,
+    /// For each launch of the plan, the gate enqueued on its queue just
+    /// before it (`POLYCL_HANDOFF_GATE`).
+    gates: Vec<Option<Launch>>,
     /// One counter a chained launch, then the failure record.
     counters: Buffer<u32>,
     /// The low half of the counters' device address: a failure record
@@ -278,31 +281,57 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
-        let mut zeros = vec![0u32; chained + RECORD_WORDS];
+        // Which chained launches wait behind a gate (`POLYCL_HANDOFF_GATE`):
+        // those whose predecessor in the chain is that wide.
+        let gate_from = crate::config::get()
+            .handoff_gate
+            .map(|n| n.saturating_mul(cus));
+        let gated = |run: &std::ops::Range<usize>, i: usize| {
+            i > run.start && gate_from.is_some_and(|w| work_items(&launches[i - 1]) >= w)
+        };
+        let gated: Vec<bool> = (0..launches.len())
+            .map(|i| runs.iter().any(|r| r.contains(&i) && gated(r, i)))
+            .collect();
+        // Arrival counters, the failure record, then the started counters
+        // that the gates read, one a chained launch.
+        let mut zeros = vec![0u32; 2 * chained + RECORD_WORDS];
         let counters = super::step::upload(device, &mut zeros)?;
         let base = super::addresses::resolve(device, &[counters.get()])?[0];
         let failure = base + 4 * chained as u64;
+        let started_words = (chained + RECORD_WORDS) as u64;
         let mut second = vec![false; launches.len()];
+        let mut gates: Vec<Option<Launch>> = (0..launches.len()).map(|_| None).collect();
         let mut chained_launches = Vec::with_capacity(chained);
         let mut k = 0u64;
         for run in &runs {
             for (p, i) in run.clone().enumerate() {
                 let name = launches[i].kernel.function_name().unwrap_or_default();
-                chained_launches.push((i, name));
                 let wait = if p == 0 { 0 } else { base + 4 * (k - 1) };
                 let want = if p == 0 { 0 } else { groups(&launches[i - 1]) };
                 let rewind_own = u64::from(p + 1 == run.len()) << 32;
-                let slots = [wait, want | rewind_own, base + 4 * k, failure];
+                let counts_started = i + 1 < launches.len() && gated[i + 1];
+                let started = if counts_started {
+                    started_words << 33
+                } else {
+                    0
+                };
+                let slots = [wait, want | rewind_own | started, base + 4 * k, failure];
+                if gated[i] {
+                    let before = base + 4 * (started_words + k - 1);
+                    gates[i] = Some(gate(device, &name, before, want as u32)?);
+                }
+                chained_launches.push((i, name));
                 rebind(device, &mut launches[i], slots)?;
                 second[i] = p % 2 == 1;
                 k += 1;
             }
         }
         crate::log::debug(&format!(
-            "{}: hand-off ({mode:?}): {chained} of {} launches in {} chains",
+            "{}: hand-off ({mode:?}): {chained} of {} launches in {} chains, {} gated",
             device.name,
             launches.len(),
-            runs.len()
+            runs.len(),
+            gates.iter().flatten().count()
         ));
         let serial = mode == Handoff::Serial;
         if serial {
@@ -311,6 +340,7 @@ impl Chains {
         Ok(Some(Chains {
             first: runs[0].start,
             second,
+            gates,
             serial,
             counters,
             counters_lo: base as u32,
@@ -326,6 +356,12 @@ impl Chains {
     /// run on one queue and each launch's wait is met before it starts.
     pub fn on_second(&self, i: usize, gave_up: bool) -> bool {
         self.second[i] && !gave_up
+    }
+
+    /// The gate to enqueue on launch `i`'s queue just before it: none once
+    /// a wait gave up on `device`, where the chained launches run in order.
+    pub fn gate(&self, i: usize, gave_up: bool) -> Option<&Launch> {
+        self.gates[i].as_ref().filter(|_| !gave_up)
     }
 
     /// Whether launch `i` is flushed on its own as soon as it is enqueued:
@@ -575,6 +611,26 @@ fn chain_runs(n: usize, candidate: impl Fn(usize) -> bool) -> Vec<std::ops::Rang
     runs
 }
 
+/// A gate (handoff.cl `kernel_handoff_gate`, from the hand-off variant of
+/// the program of the launch `name` it holds back) that lets its queue go on
+/// once `want` work-groups have counted themselves at `started`.
+fn gate(device: &Device, name: &str, started: u64, want: u32) -> Result<Launch> {
+    let kernel = super::program::kernel(device, variant_of(name), "kernel_handoff_gate")?;
+    // SAFETY: the gate's parameters are a ulong and a uint, in that order.
+    unsafe {
+        kernel.set_arg(0, &started).cl("clSetKernelArg")?;
+        kernel.set_arg(1, &want).cl("clSetKernelArg")?;
+    }
+    Ok(Launch {
+        kernel,
+        global: [1, 1, 1],
+        local: Some([1, 1, 1]),
+        dims: 1,
+        kind: "handoff_gate",
+        packed: None,
+    })
+}
+
 /// Work-items of a launch.
 fn work_items(l: &Launch) -> usize {
     l.global[..l.dims as usize].iter().product()
@@ -679,6 +735,28 @@ mod tests {
             assert_eq!(compute.runs.load(Ordering::Relaxed), 2);
             assert!(device.deferred_check.lock().borrow().is_none());
         }
+        Ok(())
+    }
+
+    /// A gate lets its queue go on once the launch before has counted all
+    /// its groups as started, and takes just that many off the counter, so
+    /// counts of a later run that came early stay for its gate.
+    #[test]
+    fn a_gate_passes_at_its_count_and_takes_only_that() -> Result<()> {
+        let devices =
+            crate::runtime::device::devices().expect("an OpenCL device (install pocl-opencl-icd)");
+        let device = &devices[0];
+        if !crate::runtime::addresses::on(device) {
+            return Ok(());
+        }
+        let counter = DeviceBuffer::alloc(device, 4)?;
+        counter.write(0, &7u32.to_le_bytes())?;
+        let at = crate::runtime::addresses::resolve(device, &[counter.cl_mem() as _])?[0];
+        let g = gate(device, "kernel_mul_mv_q4_0", at, 5)?;
+        g.enqueue(device)?;
+        let mut left = [0u8; 4];
+        counter.read(0, &mut left)?;
+        assert_eq!(u32::from_le_bytes(left), 2);
         Ok(())
     }
 
