@@ -254,7 +254,13 @@ impl Chains {
             .collect();
         unchain_wide_last(&mut widths, widest);
         let candidate = |i: usize| widths[i].is_some();
-        if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest)) {
+        // Gates behind every launch of more than `widest` work-items leave
+        // no launch's later groups to compete with its successor's.
+        let gate_from = crate::config::get()
+            .handoff_gate
+            .map(|n| n.saturating_mul(cus));
+        let gates_cover = gate_from.is_some_and(|g| g <= widest);
+        if let (Handoff::On, false, Some(w)) = (mode, gates_cover, too_wide(&widths, widest)) {
             crate::log::debug(&format!(
                 "{}: no hand-off: a launch of {w} work-items, more than {widest} \
                  (POLYCL_HANDOFF_WIDTH a compute unit)",
@@ -283,9 +289,6 @@ impl Chains {
         }
         // Which chained launches wait behind a gate (`POLYCL_HANDOFF_GATE`):
         // those whose predecessor in the chain is that wide.
-        let gate_from = crate::config::get()
-            .handoff_gate
-            .map(|n| n.saturating_mul(cus));
         let gated = |run: &std::ops::Range<usize>, i: usize| {
             i > run.start && gate_from.is_some_and(|w| work_items(&launches[i - 1]) >= w)
         };
