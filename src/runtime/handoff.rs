@@ -254,13 +254,10 @@ impl Chains {
             .collect();
         unchain_wide_last(&mut widths, widest);
         let candidate = |i: usize| widths[i].is_some();
-        // Gates behind every launch of more than `widest` work-items leave
-        // no launch's later groups to compete with its successor's.
         let gate_from = crate::config::get()
             .handoff_gate
             .map(|n| n.saturating_mul(cus));
-        let gates_cover = gate_from.is_some_and(|g| g <= widest);
-        if let (Handoff::On, false, Some(w)) = (mode, gates_cover, too_wide(&widths, widest)) {
+        if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest, gate_from)) {
             crate::log::debug(&format!(
                 "{}: no hand-off: a launch of {w} work-items, more than {widest} \
                  (POLYCL_HANDOFF_WIDTH a compute unit)",
@@ -563,14 +560,19 @@ fn chainable(l: &Launch) -> bool {
 /// measured (step 63), and with a quantized cache its Q/K/V launch was
 /// followed by the then unchainable rope + rotation + cache write, so
 /// counting only the launches a chained one waits on handed the 7B off
-/// (step 82).
-fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
+/// (step 82). A wide launch whose successor waits behind a gate
+/// (`gate_from`: the work-items from which a launch's successor is gated)
+/// does not count: that successor's groups arrive once all of its own have
+/// started. (Where the successor is not chained, there is no gate, and the
+/// chain that breaks there leaves the plan unchained by the one-chain rule.)
+fn too_wide(widths: &[Option<usize>], widest: usize, gate_from: Option<usize>) -> Option<usize> {
     let but_last = widths.len().saturating_sub(1);
+    let gated = |w: usize| gate_from.is_some_and(|g| w >= g);
     widths[..but_last]
         .iter()
         .flatten()
         .copied()
-        .find(|&w| w > widest)
+        .find(|&w| w > widest && !gated(w))
 }
 
 /// Leaves a plan's last launch (the lm head) out of its chain where it is
@@ -771,10 +773,16 @@ mod tests {
     fn a_wide_chainable_launch_but_the_last_refuses_the_hand_off() {
         let widest = 1024 * 132;
         let one_b = [Some(26_624), None, Some(8_192), Some(65_536), Some(400_000)];
-        assert_eq!(too_wide(&one_b, widest), None);
+        assert_eq!(too_wide(&one_b, widest, None), None);
         let seven_b = [Some(393_216), None, Some(16_384), Some(65_536), Some(8_192)];
-        assert_eq!(too_wide(&seven_b, widest), Some(393_216));
-        assert_eq!(too_wide(&[], widest), None);
+        assert_eq!(too_wide(&seven_b, widest, None), Some(393_216));
+        assert_eq!(too_wide(&[], widest, None), None);
+        // Gated behind its wide launches (POLYCL_HANDOFF_GATE=1024), or
+        // behind every launch, the 7B is handed off; gated only behind
+        // launches wider than its own, it is not.
+        assert_eq!(too_wide(&seven_b, widest, Some(widest)), None);
+        assert_eq!(too_wide(&seven_b, widest, Some(132)), None);
+        assert_eq!(too_wide(&seven_b, widest, Some(400_000)), Some(393_216));
     }
 
     /// The lm head wider than the device leaves the chain; one that fits,
