@@ -312,7 +312,7 @@ impl Plan {
         let second = |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.on_second(i, gave_up));
         // A chained launch's gate goes to its queue just before it.
         let gate = |i: usize| -> Result<()> {
-            match self.handoff.as_ref().and_then(|c| c.gate(i, gave_up)) {
+            match self.handoff.as_ref().and_then(|c| c.gate(i)) {
                 Some(g) => g.enqueue_at(&self.device, second(i)),
                 None => Ok(()),
             }

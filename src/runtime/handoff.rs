@@ -358,10 +358,13 @@ impl Chains {
         self.second[i] && !gave_up
     }
 
-    /// The gate to enqueue on launch `i`'s queue just before it: none once
-    /// a wait gave up on `device`, where the chained launches run in order.
-    pub fn gate(&self, i: usize, gave_up: bool) -> Option<&Launch> {
-        self.gates[i].as_ref().filter(|_| !gave_up)
+    /// The gate to enqueue on launch `i`'s queue just before it. Also where
+    /// the chained launches run in order on one queue (a run again, or a
+    /// device whose waits gave up): their groups count themselves started
+    /// all the same, and a gate skipped would leave its count on the
+    /// counter, which would let every later gate of the launch pass early.
+    pub fn gate(&self, i: usize) -> Option<&Launch> {
+        self.gates[i].as_ref()
     }
 
     /// Whether launch `i` is flushed on its own as soon as it is enqueued:
