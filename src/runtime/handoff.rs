@@ -284,14 +284,6 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
-        // Which chained launches wait behind a gate (`POLYCL_HANDOFF_GATE`):
-        // those whose predecessor in the chain is that wide.
-        let gated = |run: &std::ops::Range<usize>, i: usize| {
-            i > run.start && gate_from.is_some_and(|w| work_items(&launches[i - 1]) >= w)
-        };
-        let gated: Vec<bool> = (0..launches.len())
-            .map(|i| runs.iter().any(|r| r.contains(&i) && gated(r, i)))
-            .collect();
         // Arrival counters, the failure record, then the started counters
         // that the gates read, one a chained launch.
         let mut zeros = vec![0u32; 2 * chained + RECORD_WORDS];
@@ -309,14 +301,18 @@ impl Chains {
                 let wait = if p == 0 { 0 } else { base + 4 * (k - 1) };
                 let want = if p == 0 { 0 } else { groups(&launches[i - 1]) };
                 let rewind_own = u64::from(p + 1 == run.len()) << 32;
-                let counts_started = i + 1 < launches.len() && gated[i + 1];
+                // A chained launch waits behind a gate (`POLYCL_HANDOFF_GATE`)
+                // where its predecessor in the chain is that wide, and that
+                // predecessor counts its groups as they start.
+                let counts_started =
+                    p + 1 < run.len() && gates_after(work_items(&launches[i]), gate_from);
                 let started = if counts_started {
                     started_words << 33
                 } else {
                     0
                 };
                 let slots = [wait, want | rewind_own | started, base + 4 * k, failure];
-                if gated[i] {
+                if p > 0 && gates_after(work_items(&launches[i - 1]), gate_from) {
                     let before = base + 4 * (started_words + k - 1);
                     gates[i] = Some(gate(device, &name, before, want as u32)?);
                 }
@@ -570,12 +566,18 @@ fn chainable(l: &Launch) -> bool {
 /// chain that breaks there leaves the plan unchained by the one-chain rule.)
 fn too_wide(widths: &[Option<usize>], widest: usize, gate_from: Option<usize>) -> Option<usize> {
     let but_last = widths.len().saturating_sub(1);
-    let gated = |w: usize| gate_from.is_some_and(|g| w >= g);
     widths[..but_last]
         .iter()
         .flatten()
         .copied()
-        .find(|&w| w > widest && !gated(w))
+        .find(|&w| w > widest && !gates_after(w, gate_from))
+}
+
+/// Whether the chained successor of a launch of `work_items` waits behind a
+/// gate (`gate_from`: `POLYCL_HANDOFF_GATE` in work-items, None: no gates).
+/// `Chains::build` places the gates and `too_wide` relies on them by it.
+fn gates_after(work_items: usize, gate_from: Option<usize>) -> bool {
+    gate_from.is_some_and(|g| work_items >= g)
 }
 
 /// Leaves a plan's last launch (the lm head) out of its chain where it is
