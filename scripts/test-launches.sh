@@ -214,17 +214,6 @@ raw_model "$WIDEC" --preset wide --type q4_0 --centered
 widec=$(polycl_run "$WIDEC" | grep '^tokens:' || true)
 [[ -n $widec && $(wc -w <<<"$widec") -eq 9 ]] || { echo "FAIL: no tokens from the centered wide model"; fail=1; }
 check_setting "centered wide model" "$WIDEC" "$widec" POLYCL_HANDOFF=serial
-# The hand-off's gates (POLYCL_HANDOFF_GATE=1): each chained launch but the first waits on its
-# queue behind kernel_handoff_gate until every group of the launch before has begun. A gate
-# decides only when a launch's groups reach the device, so the tokens stay the serial run's; a
-# started counter that never reached its count would cost each gate its whole poll budget.
-out=$(polycl_run "$WIDEC" POLYCL_HANDOFF=serial POLYCL_HANDOFF_GATE=1) || true
-gated=$(echo "$out" | sed -n 's/.*hand-off (Serial): .* chains, \([0-9]*\) gated.*/\1/p' | tail -n 1)
-got=$(echo "$out" | grep '^tokens:' || true)
-echo "centered wide model, POLYCL_HANDOFF=serial POLYCL_HANDOFF_GATE=1: ${gated:-no} launches gated; want $widec; polycl $got"
-(( ${gated:-0} >= 2 )) || { echo "FAIL: POLYCL_HANDOFF_GATE=1 gated ${gated:-no} launches"; fail=1; }
-[[ -n "$got" && "$got" == "$widec" ]] ||
-  { echo "FAIL: the centered wide model's tokens with POLYCL_HANDOFF_GATE=1 differ"; fail=1; }
 # The hand-off (runtime/handoff.rs) in its serial form, the counters on the one queue: the
 # decode step's kernels chained (the log's "hand-off (Serial): N of M launches in C chains"),
 # every wait satisfied (a wait that gave up fails the compute) and the same tokens as the CPU

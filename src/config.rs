@@ -36,7 +36,6 @@
 //! | `POLYCL_BUFFER_ADDRESSES` | `0`, `1` or `reads` | which buffers the decode kernels (program.rs `BY_ADDRESS`: matvec, norm, rope, attention, the attention + O pair) take as their device addresses, ulong arguments read back once when a plan binds a launch, instead of buffer arguments (`runtime/addresses.rs`): `1` (default) all, `reads` the ones a kernel only reads, `0` none; not by default on Mesa's rusticl (device.rs `is_rusticl`); only on a device alone in its OpenCL context that passes a check at first use, elsewhere buffers stay arguments. NVIDIA's enqueue costs ~0.4 us a buffer argument and ~0.05 us a ulong; on the H200 a 1B token took ~170-270 us less of the host's time and the 7B's GPU time did not change (docs/perf.md step 48) |
 //! | `POLYCL_HANDOFF` | `0`, `1` or `serial` | `1` (default on NVIDIA GPUs of compute capability 9.0 and later, where it was measured): a decode step's runs of decode kernels alternate between two in-order queues, and each launch's work-groups wait at their top on an arrival counter that every work-group of the launch before increments at its end (`runtime/handoff.rs`), so a launch's groups start while the one before drains; only for plans whose every such launch fits `POLYCL_HANDOFF_WIDTH` and whose chained launches form one chain (chains broken by a launch that is not chained were slower: docs/perf.md step 84) (on the H200 the 1B Q4_0 decoded 8-12% faster; the 7B's Q/K/V launch is wider, and the 7B's chains ended at it were 13% slower, docs/perf.md step 63); `1` on another NVIDIA GPU is for trying (a GPU that holds fewer groups a compute unit gives up waits: the compute that finds one runs again in order, see `POLYCL_HANDOFF_CHECK`, and from the third such compute the device goes on without the hand-off); `serial`: the same counters on the one queue (tests); `0` (default elsewhere): one queue, no counters |
 //! | `POLYCL_HANDOFF_WIDTH` | 1 to 1048576 | with `POLYCL_HANDOFF=1`: a plan is handed off only if none of its chainable decode launches but the last (the lm head) has more work-items than this many a compute unit (default 1024: the later groups of a launch that does not fit on the device at once find their places held by its successor's waiting groups, and the 7B's multi-wave launches were slower chained every way measured) |
-//! | `POLYCL_HANDOFF_GATE` | 0 to 1048576 | with the hand-off: a chained launch that follows one of more work-items a compute unit than this waits, on its queue, behind a one-work-item gate until every work-group of the launch before has started (`kernel_handoff_gate`), so that its waiting groups never take a place that one of those groups still needs (docs/perf.md step 90); 1: every chained launch but the first is gated; at most `POLYCL_HANDOFF_WIDTH`, the width rule no longer refuses a plan, every launch wider than it having a gate behind it (so `1024` hands the 7B off); default 0: no gates |
 //! | `POLYCL_HANDOFF_CHECK` | 1 to 1048576 | with the hand-off on two queues: computes between two reads of its failure record (default 1: read behind every compute and looked at when the host next waits for the device, so that a wait that gave up, whose compute's results are wrong, is found before the host reads them, and that compute runs again in order after its overwritten inputs are copied back (`plan/rerun.rs`), and the reads behind it read again; a plan that may not run again (state variables) waits for its record behind each compute and fails with an error; more: read every that many computes without waiting, and a wait that gave up fails a later compute with an error) |
 //! | `POLYCL_HANDOFF_SLEEP` | 0 to 10000 | with `POLYCL_HANDOFF`, NVIDIA sm_70 and later: nanoseconds a waiting work-group sleeps between polls of its counter (default 0: it polls without pause) |
 //! | `POLYCL_STEP` | `0` or `1` | `1`: run each run of fused decode kernels as one persistent launch with grid-wide barriers between them (`kernels/step.cl`; one work-group on CPU devices, for tests); `0` (default): one launch per kernel. It measured no faster on the H200 (docs/perf.md step 10) |
@@ -140,9 +139,6 @@ pub struct Config {
     /// Work-items a compute unit that a launch may have and still be waited
     /// on by counters (`POLYCL_HANDOFF_WIDTH`).
     pub handoff_width: usize,
-    /// Work-items a compute unit above which a chained launch's successor
-    /// is gated (`POLYCL_HANDOFF_GATE`); None: no gates.
-    pub handoff_gate: Option<usize>,
     /// Computes between two reads of the hand-off's failure record
     /// (`POLYCL_HANDOFF_CHECK`): 1 reads it behind every compute, looked
     /// at when the host next waits, and runs a compute whose wait gave up
@@ -606,15 +602,6 @@ pub fn parse(get: &dyn Fn(&str) -> Option<String>) -> Config {
             Ok(n) if (1..=1 << 20).contains(&n) => c.handoff_width = n,
             _ => c.problems.push(format!(
                 "POLYCL_HANDOFF_WIDTH={v:?}: expected an integer from 1 to 1048576; using 1024"
-            )),
-        }
-    }
-    if let Some(v) = get("POLYCL_HANDOFF_GATE") {
-        match v.trim().parse::<usize>() {
-            Ok(0) => c.handoff_gate = None,
-            Ok(n) if n <= 1 << 20 => c.handoff_gate = Some(n),
-            _ => c.problems.push(format!(
-                "POLYCL_HANDOFF_GATE={v:?}: expected an integer from 0 to 1048576; using 0"
             )),
         }
     }

@@ -308,15 +308,8 @@ impl Plan {
             (start, crate::runtime::profile::take_host_gap())
         });
         let mut first = None;
-        let mut held: Option<(&Launch, usize)> = None;
+        let mut held: Option<(&Launch, bool)> = None;
         let second = |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.on_second(i, gave_up));
-        // A chained launch's gate goes to its queue just before it.
-        let gate = |i: usize| -> Result<()> {
-            match self.handoff.as_ref().and_then(|c| c.gate(i)) {
-                Some(g) => g.enqueue_at(&self.device, second(i)),
-                None => Ok(()),
-            }
-        };
         let flush_each =
             |i: usize| (self.handoff.as_ref()).is_some_and(|c| c.flushes_each(i, gave_up));
         // POLYCL_FAULT=handoff: a chain's first launch left out.
@@ -324,9 +317,8 @@ impl Plan {
             .filter(|_| crate::fault::handoff())
             .map(|c| c.first);
         for (i, l) in self.launches.iter().enumerate() {
-            if let Some((h, at)) = held.take() {
-                gate(at)?;
-                h.enqueue_at(&self.device, second(at))?;
+            if let Some((h, on_second)) = held.take() {
+                h.enqueue_at(&self.device, on_second)?;
             }
             let run = self.mm.before(&self.device, i, l, &mut s)?;
             let merged = self.merged.get(&i);
@@ -341,7 +333,6 @@ impl Plan {
             let run = run && left_out != Some(i);
             if run {
                 if span.is_none() {
-                    gate(i)?;
                     l.enqueue_at(&self.device, second(i))?;
                 } else if first.is_none() {
                     let at = std::time::Instant::now();
@@ -349,7 +340,7 @@ impl Plan {
                 } else if !l.is_empty() {
                     // An empty launch enqueues nothing, so it has no event
                     // to time as the last.
-                    held = Some((l, i));
+                    held = Some((l, second(i)));
                 }
                 if since_flush == 0 {
                     oldest_on_second = second(i);
@@ -376,10 +367,7 @@ impl Plan {
         let last = match held {
             // The last launch of a plan with chains ends one on the first
             // queue (handoff.rs), where the span's events are.
-            Some((h, at)) => {
-                gate(at)?;
-                h.enqueue_timed(&self.device, true)?
-            }
+            Some((h, _)) => h.enqueue_timed(&self.device, true)?,
             None => None,
         };
         self.mm.finish(&self.device, self.launches.len(), s)?;

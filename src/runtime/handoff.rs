@@ -157,9 +157,6 @@ pub struct Chains {
     pub first: usize,
     /// The serial form (one queue): each run's waits are checked after it.
     pub serial: bool,
-    /// For each launch of the plan, the gate enqueued on its queue just
-    /// before it (`POLYCL_HANDOFF_GATE`).
-    gates: Vec<Option<Launch>>,
     /// One counter a chained launch, then the failure record.
     counters: Buffer<u32>,
     /// The low half of the counters' device address: a failure record
@@ -254,10 +251,7 @@ impl Chains {
             .collect();
         unchain_wide_last(&mut widths, widest);
         let candidate = |i: usize| widths[i].is_some();
-        let gate_from = crate::config::get()
-            .handoff_gate
-            .map(|n| n.saturating_mul(cus));
-        if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest, gate_from)) {
+        if let (Handoff::On, Some(w)) = (mode, too_wide(&widths, widest)) {
             crate::log::debug(&format!(
                 "{}: no hand-off: a launch of {w} work-items, more than {widest} \
                  (POLYCL_HANDOFF_WIDTH a compute unit)",
@@ -284,50 +278,31 @@ impl Chains {
         if chained == 0 {
             return Ok(None);
         }
-        // Arrival counters, the failure record, then the started counters
-        // that the gates read, one a chained launch.
-        let mut zeros = vec![0u32; 2 * chained + RECORD_WORDS];
+        let mut zeros = vec![0u32; chained + RECORD_WORDS];
         let counters = super::step::upload(device, &mut zeros)?;
         let base = super::addresses::resolve(device, &[counters.get()])?[0];
         let failure = base + 4 * chained as u64;
-        let started_words = (chained + RECORD_WORDS) as u64;
         let mut second = vec![false; launches.len()];
-        let mut gates: Vec<Option<Launch>> = (0..launches.len()).map(|_| None).collect();
         let mut chained_launches = Vec::with_capacity(chained);
         let mut k = 0u64;
         for run in &runs {
             for (p, i) in run.clone().enumerate() {
                 let name = launches[i].kernel.function_name().unwrap_or_default();
+                chained_launches.push((i, name));
                 let wait = if p == 0 { 0 } else { base + 4 * (k - 1) };
                 let want = if p == 0 { 0 } else { groups(&launches[i - 1]) };
                 let rewind_own = u64::from(p + 1 == run.len()) << 32;
-                // A chained launch waits behind a gate (`POLYCL_HANDOFF_GATE`)
-                // where its predecessor in the chain is that wide, and that
-                // predecessor counts its groups as they start.
-                let counts_started =
-                    p + 1 < run.len() && gates_after(work_items(&launches[i]), gate_from);
-                let started = if counts_started {
-                    started_words << 33
-                } else {
-                    0
-                };
-                let slots = [wait, want | rewind_own | started, base + 4 * k, failure];
-                if p > 0 && gates_after(work_items(&launches[i - 1]), gate_from) {
-                    let before = base + 4 * (started_words + k - 1);
-                    gates[i] = Some(gate(device, &name, before, want as u32)?);
-                }
-                chained_launches.push((i, name));
+                let slots = [wait, want | rewind_own, base + 4 * k, failure];
                 rebind(device, &mut launches[i], slots)?;
                 second[i] = p % 2 == 1;
                 k += 1;
             }
         }
         crate::log::debug(&format!(
-            "{}: hand-off ({mode:?}): {chained} of {} launches in {} chains, {} gated",
+            "{}: hand-off ({mode:?}): {chained} of {} launches in {} chains",
             device.name,
             launches.len(),
-            runs.len(),
-            gates.iter().flatten().count()
+            runs.len()
         ));
         let serial = mode == Handoff::Serial;
         if serial {
@@ -336,7 +311,6 @@ impl Chains {
         Ok(Some(Chains {
             first: runs[0].start,
             second,
-            gates,
             serial,
             counters,
             counters_lo: base as u32,
@@ -352,15 +326,6 @@ impl Chains {
     /// run on one queue and each launch's wait is met before it starts.
     pub fn on_second(&self, i: usize, gave_up: bool) -> bool {
         self.second[i] && !gave_up
-    }
-
-    /// The gate to enqueue on launch `i`'s queue just before it. Also where
-    /// the chained launches run in order on one queue (a run again, or a
-    /// device whose waits gave up): their groups count themselves started
-    /// all the same, and a gate skipped would leave its count on the
-    /// counter, which would let every later gate of the launch pass early.
-    pub fn gate(&self, i: usize) -> Option<&Launch> {
-        self.gates[i].as_ref()
     }
 
     /// Whether launch `i` is flushed on its own as soon as it is enqueued:
@@ -559,25 +524,14 @@ fn chainable(l: &Launch) -> bool {
 /// measured (step 63), and with a quantized cache its Q/K/V launch was
 /// followed by the then unchainable rope + rotation + cache write, so
 /// counting only the launches a chained one waits on handed the 7B off
-/// (step 82). A wide launch whose successor waits behind a gate
-/// (`gate_from`: the work-items from which a launch's successor is gated)
-/// does not count: that successor's groups arrive once all of its own have
-/// started. (Where the successor is not chained, there is no gate, and the
-/// chain that breaks there leaves the plan unchained by the one-chain rule.)
-fn too_wide(widths: &[Option<usize>], widest: usize, gate_from: Option<usize>) -> Option<usize> {
+/// (step 82).
+fn too_wide(widths: &[Option<usize>], widest: usize) -> Option<usize> {
     let but_last = widths.len().saturating_sub(1);
     widths[..but_last]
         .iter()
         .flatten()
         .copied()
-        .find(|&w| w > widest && !gates_after(w, gate_from))
-}
-
-/// Whether the chained successor of a launch of `work_items` waits behind a
-/// gate (`gate_from`: `POLYCL_HANDOFF_GATE` in work-items, None: no gates).
-/// `Chains::build` places the gates and `too_wide` relies on them by it.
-fn gates_after(work_items: usize, gate_from: Option<usize>) -> bool {
-    gate_from.is_some_and(|g| work_items >= g)
+        .find(|&w| w > widest)
 }
 
 /// Leaves a plan's last launch (the lm head) out of its chain where it is
@@ -619,26 +573,6 @@ fn chain_runs(n: usize, candidate: impl Fn(usize) -> bool) -> Vec<std::ops::Rang
         }
     }
     runs
-}
-
-/// A gate (handoff.cl `kernel_handoff_gate`, from the hand-off variant of
-/// the program of the launch `name` it holds back) that lets its queue go on
-/// once `want` work-groups have counted themselves at `started`.
-fn gate(device: &Device, name: &str, started: u64, want: u32) -> Result<Launch> {
-    let kernel = super::program::kernel(device, variant_of(name), "kernel_handoff_gate")?;
-    // SAFETY: the gate's parameters are a ulong and a uint, in that order.
-    unsafe {
-        kernel.set_arg(0, &started).cl("clSetKernelArg")?;
-        kernel.set_arg(1, &want).cl("clSetKernelArg")?;
-    }
-    Ok(Launch {
-        kernel,
-        global: [1, 1, 1],
-        local: Some([1, 1, 1]),
-        dims: 1,
-        kind: "handoff_gate",
-        packed: None,
-    })
 }
 
 /// Work-items of a launch.
@@ -748,28 +682,6 @@ mod tests {
         Ok(())
     }
 
-    /// A gate lets its queue go on once the launch before has counted all
-    /// its groups as started, and takes just that many off the counter, so
-    /// counts of a later run that came early stay for its gate.
-    #[test]
-    fn a_gate_passes_at_its_count_and_takes_only_that() -> Result<()> {
-        let devices =
-            crate::runtime::device::devices().expect("an OpenCL device (install pocl-opencl-icd)");
-        let device = &devices[0];
-        if !crate::runtime::addresses::on(device) {
-            return Ok(());
-        }
-        let counter = DeviceBuffer::alloc(device, 4)?;
-        counter.write(0, &7u32.to_le_bytes())?;
-        let at = crate::runtime::addresses::resolve(device, &[counter.cl_mem() as _])?[0];
-        let g = gate(device, "kernel_mul_mv_q4_0", at, 5)?;
-        g.enqueue(device)?;
-        let mut left = [0u8; 4];
-        counter.read(0, &mut left)?;
-        assert_eq!(u32::from_le_bytes(left), 2);
-        Ok(())
-    }
-
     /// A plan whose wide launch is followed by an unchainable one (the 7B
     /// with a quantized cache before step 85: Q/K/V, then the rope +
     /// rotation + cache write) gets no hand-off; its last launch (the lm
@@ -778,16 +690,10 @@ mod tests {
     fn a_wide_chainable_launch_but_the_last_refuses_the_hand_off() {
         let widest = 1024 * 132;
         let one_b = [Some(26_624), None, Some(8_192), Some(65_536), Some(400_000)];
-        assert_eq!(too_wide(&one_b, widest, None), None);
+        assert_eq!(too_wide(&one_b, widest), None);
         let seven_b = [Some(393_216), None, Some(16_384), Some(65_536), Some(8_192)];
-        assert_eq!(too_wide(&seven_b, widest, None), Some(393_216));
-        assert_eq!(too_wide(&[], widest, None), None);
-        // Gated behind its wide launches (POLYCL_HANDOFF_GATE=1024), or
-        // behind every launch, the 7B is handed off; gated only behind
-        // launches wider than its own, it is not.
-        assert_eq!(too_wide(&seven_b, widest, Some(widest)), None);
-        assert_eq!(too_wide(&seven_b, widest, Some(132)), None);
-        assert_eq!(too_wide(&seven_b, widest, Some(400_000)), Some(393_216));
+        assert_eq!(too_wide(&seven_b, widest), Some(393_216));
+        assert_eq!(too_wide(&[], widest), None);
     }
 
     /// The lm head wider than the device leaves the chain; one that fits,

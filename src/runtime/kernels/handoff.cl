@@ -11,11 +11,8 @@
 // polls counts itself at the failure word and goes on (the host reports it),
 // so that a launch never hangs on one that could not start; the word after it
 // takes the low half of the counter's address, which names the launch.
-// Slots: [wait counter address, arrivals | rewind own counter << 32 |
-// started counter << 33, arrive counter address, failure word address].
-// The started counter (its distance from the arrive counter in words, 0:
-// none) counts the launch's work-groups as they begin, for the gate in front
-// of the next launch (kernel_handoff_gate, POLYCL_HANDOFF_GATE).
+// Slots: [wait counter address, arrivals | rewind own counter << 32,
+// arrive counter address, failure word address].
 #if defined(POLYCL_HANDOFF) && !defined(POLYCL_STEP)
 #define HANDOFF_SLOTS 4
 #define HANDOFF_POLLS (1u << 24)
@@ -45,9 +42,6 @@ inline bool handoff_leader(void) {
 #endif
 inline void handoff_wait(__global const ulong *pk) {
     const ulong at = pk[0];
-    const ulong started = pk[1] >> 33;
-    if (started != 0 && handoff_leader())
-        atomic_inc((volatile __global uint *)(pk[2] + 4 * started));
     if (at != 0 && handoff_leader()) {
         volatile __global uint *c = (volatile __global uint *)at;
         const uint want = (uint)pk[1];
@@ -74,24 +68,9 @@ inline void handoff_arrive(__global const ulong *pk) {
         volatile __global uint *mine = (volatile __global uint *)at;
         if (atomic_inc(mine) == groups - 1) {
             if (pk[0] != 0) atomic_xchg((volatile __global uint *)pk[0], 0u);
-            if ((pk[1] >> 32) & 1) atomic_xchg(mine, 0u);
+            if (pk[1] >> 32) atomic_xchg(mine, 0u);
         }
     }
-}
-// Enqueued on a chained launch's queue just before it: holds that launch back
-// until every work-group of the launch before it has begun (`want` of them
-// counted at `started`), so its waiting groups only take places that those
-// groups have left or never needed. Only where the groups go on the device
-// depends on it, not what they compute, so a gate that outlasts its poll
-// budget just lets the launch go.
-kernel void kernel_handoff_gate(ulong started, uint want) {
-    volatile __global uint *c = (volatile __global uint *)started;
-    uint polls = 0;
-    while (*c < want) {
-        if (++polls == HANDOFF_POLLS) return;
-        HANDOFF_PAUSE();
-    }
-    atomic_sub(c, want);
 }
 // The frame's two halves, which trace.cl wraps in its clock reads.
 #define HANDOFF_BEGIN int pk_i = HANDOFF_SLOTS; handoff_wait(pk);
