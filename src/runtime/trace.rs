@@ -18,7 +18,10 @@
 //! - `tail`: its last group end minus its first group end;
 //! - `group`: the mean group's run, start to end, and `wait` the mean hand-off
 //!   wait inside it;
-//! - `sms`: the SMs its groups ran on.
+//! - `sms`: the SMs its groups ran on; `SM groups`: the most groups one SM
+//!   ran and the mean over the SMs used; `SM end p50`: the median SM's last
+//!   group end after the launch's first start. Where the launch's span is
+//!   well past it, a few SMs that ran more groups than the rest end it.
 
 use super::device::Device;
 use crate::error::{ClContext, Error, Result};
@@ -128,9 +131,10 @@ struct Groups {
     last_end: u64,
     run: u64,
     wait: u64,
-    sms: u64,
-    /// Which SMs, a bit each.
-    sm_seen: [u64; 4],
+    /// Per SM (trace.cl keeps 8 bits of its id): groups run there and the
+    /// last one's end. A launch whose groups pile up on some SMs ends when
+    /// those do, whatever the others' share.
+    per_sm: Vec<(u32, u64)>,
 }
 
 impl Groups {
@@ -146,18 +150,32 @@ impl Groups {
         self.last_end = self.last_end.max(end);
         self.run += end.saturating_sub(start);
         self.wait += wait;
-        let (word, bit) = (sm / 64, 1u64 << (sm % 64));
-        if self.sm_seen[word] & bit == 0 {
-            self.sm_seen[word] |= bit;
-            self.sms += 1;
+        if self.per_sm.len() <= sm {
+            self.per_sm.resize(sm + 1, (0, 0));
         }
+        let on_sm = &mut self.per_sm[sm];
+        on_sm.0 += 1;
+        on_sm.1 = on_sm.1.max(end);
+    }
+
+    fn sms(&self) -> usize {
+        self.per_sm.iter().filter(|s| s.0 > 0).count()
     }
 }
 
-/// Per launch: (gap, starts, tail, span, mean group run, mean wait) in us.
-fn figures(g: &Groups, prev_end: Option<u64>) -> [f64; 6] {
+/// Figures a launch has, in the order `figures` gives them.
+const FIGURES: usize = 9;
+
+/// Per launch: gap, starts, tail, span, mean group run and mean wait (us),
+/// then the most groups one SM ran, the mean of the SMs used, and the
+/// median SM's last end (us after the launch's first start: against the
+/// span, how far the last SMs trail).
+fn figures(g: &Groups, prev_end: Option<u64>) -> [f64; FIGURES] {
     let us = |ns: i64| ns as f64 / 1e3;
     let n = g.count.max(1) as f64;
+    let mut ends: Vec<u64> = g.per_sm.iter().filter(|s| s.0 > 0).map(|s| s.1).collect();
+    ends.sort_unstable();
+    let median_end = ends.get(ends.len() / 2).copied().unwrap_or(g.first_start);
     [
         prev_end.map_or(0.0, |p| us(g.first_start as i64 - p as i64)),
         us((g.last_start - g.first_start) as i64),
@@ -165,6 +183,9 @@ fn figures(g: &Groups, prev_end: Option<u64>) -> [f64; 6] {
         us((g.last_end - g.first_start) as i64),
         g.run as f64 / n / 1e3,
         g.wait as f64 / n / 1e3,
+        g.per_sm.iter().map(|s| s.0).max().unwrap_or(0) as f64,
+        n / g.sms().max(1) as f64,
+        us(median_end.saturating_sub(g.first_start) as i64),
     ]
 }
 
@@ -243,14 +264,15 @@ fn summarize(raw: &[u8], launches: &[(&str, u64)]) -> Vec<String> {
         .map(|(_, g)| g.last_end)
         .max()
         .unwrap_or(origin);
-    let text = |f: &[f64; 6]| {
+    let text = |f: &[f64; FIGURES]| {
         format!(
-            "gap {:.2}, starts {:.2}, tail {:.2}, span {:.2}, group {:.2}, wait {:.2}",
-            f[0], f[1], f[2], f[3], f[4], f[5]
+            "gap {:.2}, starts {:.2}, tail {:.2}, span {:.2}, group {:.2}, wait {:.2}, \
+             SM groups max {:.1} mean {:.1}, SM end p50 {:.2}",
+            f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
         )
     };
     // Sums by name: launches, groups, and each figure.
-    let mut sums: Vec<(&str, usize, usize, [f64; 6])> = Vec::new();
+    let mut sums: Vec<(&str, usize, usize, [f64; FIGURES])> = Vec::new();
     let mut detail = Vec::new();
     let mut prev_end = None;
     for (i, (name, g)) in order.iter().enumerate() {
@@ -271,7 +293,7 @@ fn summarize(raw: &[u8], launches: &[(&str, u64)]) -> Vec<String> {
                 "#{i} {name} at {:.2}: {} groups on {} SMs, {}",
                 (g.first_start - origin) as f64 / 1e3,
                 g.count,
-                g.sms,
+                g.sms(),
                 text(&f)
             ));
         }
@@ -342,8 +364,30 @@ mod tests {
         );
         assert_eq!(
             lines[3],
-            "#2 a at 7.50: 2 groups on 1 SMs, gap -0.50, starts 0.20, tail 1.00, span 3.50, group 2.90, wait 0.30"
+            "#2 a at 7.50: 2 groups on 1 SMs, gap -0.50, starts 0.20, tail 1.00, span 3.50, \
+             group 2.90, wait 0.30, SM groups max 2.0 mean 2.0, SM end p50 3.50"
         );
         assert!(summarize(&[], &[("a", 0x10)]).is_empty());
+    }
+
+    #[test]
+    fn groups_piled_on_one_sm_show_as_its_late_end() {
+        // SM 0 runs three groups one after another, SMs 1 and 2 one each.
+        let raw: Vec<u8> = [
+            record(0, 1_000, 0x10, 0, 0, 0),
+            record(0, 1_000, 0x10, 1, 1, 0),
+            record(0, 1_000, 0x10, 2, 2, 0),
+            record(1_000, 2_000, 0x10, 3, 0, 0),
+            record(2_000, 3_000, 0x10, 4, 0, 0),
+        ]
+        .concat();
+        let lines = summarize(&raw, &[("a", 0x10)]);
+        assert!(
+            lines[1].ends_with(
+                "span 3.00, group 1.00, wait 0.00, SM groups max 3.0 mean 1.7, SM end p50 1.00"
+            ),
+            "{}",
+            lines[1]
+        );
     }
 }
