@@ -184,7 +184,7 @@ fn figures(g: &Groups, prev_end: Option<u64>) -> [f64; FIGURES] {
         g.run as f64 / n / 1e3,
         g.wait as f64 / n / 1e3,
         g.per_sm.iter().map(|s| s.0).max().unwrap_or(0) as f64,
-        n / g.sms().max(1) as f64,
+        n / ends.len().max(1) as f64,
         us(median_end.saturating_sub(g.first_start) as i64),
     ]
 }
